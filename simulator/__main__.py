@@ -1,0 +1,5 @@
+"""`python -m simulator` is the same CLI as `frontier`."""
+
+from simulator.cli import main
+
+main()

@@ -1,0 +1,219 @@
+"""Typed transformer architecture parsed from an HF-style config.json (offline).
+
+The cost model only ever sees an `Architecture`: one frozen record of the shapes that set
+FLOPs and bytes. Parsing lives here so that adding a model is adding a config.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+
+
+class ModelError(ValueError):
+    """A model name or config.json that cannot be turned into an Architecture."""
+
+
+@dataclass(frozen=True, slots=True)
+class MoESpec:
+    """Mixture-of-experts shape of the MoE layers."""
+
+    num_experts: int  # routed experts per MoE layer
+    experts_per_token: int  # top-k
+    expert_intermediate_size: int  # FFN width of one routed expert
+    num_shared_experts: int  # always-active experts (DeepSeek, Qwen2-MoE style)
+    shared_expert_intermediate_size: int  # FFN width of one shared expert
+    first_dense_layers: int  # leading layers that use a dense MLP instead (DeepSeek-V3: 3)
+    moe_layer_interval: int  # 1 = every layer after the dense ones is MoE
+
+
+@dataclass(frozen=True, slots=True)
+class MLASpec:
+    """DeepSeek multi-head latent attention: low-rank compressed K/V (and Q)."""
+
+    q_lora_rank: int  # 0 = no query compression (DeepSeek-V2-Lite)
+    kv_lora_rank: int  # the compressed latent cached per token (512 for V3)
+    qk_rope_head_dim: int  # decoupled RoPE key, also cached per token (64 for V3)
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    """Shapes of a decoder-only transformer that set its FLOPs, bytes and KV cache."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  # dense MLP width (gated: gate+up are 2 x this)
+    vocab_size: int
+    tie_word_embeddings: bool
+    gated_mlp: bool  # SwiGLU-style (3 matrices) or plain (2 matrices)
+    attention_bias: bool
+    sliding_window: int | None  # tokens, for the layers that use a window
+    num_sliding_layers: int  # how many of num_layers attend only within the window
+    max_position_embeddings: int
+    moe: MoESpec | None
+    mla: MLASpec | None
+    attention_sinks: bool = False  # gpt-oss learned per-head sink logits (negligible cost)
+
+    # --- derived counts, used by the cost model and the parameter-count tests ---
+
+    @property
+    def num_moe_layers(self) -> int:
+        if self.moe is None:
+            return 0
+        candidates = range(self.moe.first_dense_layers, self.num_layers)
+        return sum(
+            1
+            for i in candidates
+            if (i - self.moe.first_dense_layers) % self.moe.moe_layer_interval == 0
+        )
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection output (all heads)."""
+        if self.mla is not None:
+            qk_head = self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+            return self.num_attention_heads * qk_head
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        h = self.hidden_size
+        if self.mla is not None:
+            m = self.mla
+            nh = self.num_attention_heads
+            qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+            if m.q_lora_rank > 0:
+                q = h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * nh * qk_head
+            else:
+                q = h * nh * qk_head
+            kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+            kv_up = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
+            o = nh * m.v_head_dim * h
+            return q + kv_down + kv_up + o
+        q = h * self.num_attention_heads * self.head_dim
+        kv = 2 * h * self.num_kv_heads * self.head_dim
+        o = self.num_attention_heads * self.head_dim * h
+        bias = 0
+        if self.attention_bias:
+            bias = (self.num_attention_heads + 2 * self.num_kv_heads) * self.head_dim
+        return q + kv + o + bias
+
+    def mlp_params(self, intermediate_size: int) -> int:
+        """Parameters of one (gated or plain) FFN of the given width."""
+        mats = 3 if self.gated_mlp else 2
+        return mats * self.hidden_size * intermediate_size
+
+    @property
+    def dense_mlp_params_per_layer(self) -> int:
+        return self.mlp_params(self.intermediate_size)
+
+    @property
+    def routed_expert_params(self) -> int:
+        """Parameters of one routed expert."""
+        assert self.moe is not None
+        return self.mlp_params(self.moe.expert_intermediate_size)
+
+    @property
+    def shared_expert_params_per_layer(self) -> int:
+        if self.moe is None:
+            return 0
+        per_expert = self.mlp_params(self.moe.shared_expert_intermediate_size)
+        return self.moe.num_shared_experts * per_expert
+
+    @property
+    def router_params_per_layer(self) -> int:
+        return 0 if self.moe is None else self.hidden_size * self.moe.num_experts
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def norm_params(self) -> int:
+        return (2 * self.num_layers + 1) * self.hidden_size
+
+    @property
+    def total_params(self) -> int:
+        """All parameters, every expert counted."""
+        n = self.num_layers * self.attention_params_per_layer
+        n += self.num_dense_mlp_layers * self.dense_mlp_params_per_layer
+        if self.moe is not None:
+            per_moe_layer = (
+                self.moe.num_experts * self.routed_expert_params
+                + self.shared_expert_params_per_layer
+                + self.router_params_per_layer
+            )
+            n += self.num_moe_layers * per_moe_layer
+        return n + self.embedding_params + self.lm_head_params + self.norm_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters touched by one token (top-k routed experts only)."""
+        if self.moe is None:
+            return self.total_params
+        inactive = (self.moe.num_experts - self.moe.experts_per_token) * self.routed_expert_params
+        return self.total_params - self.num_moe_layers * inactive
+
+    def kv_elements_per_token_per_layer(self) -> int:
+        """Cached elements per token per layer (all KV heads; MLA caches the latent)."""
+        if self.mla is not None:
+            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+
+def _parse_config(raw: dict[str, Any], name: str) -> Architecture:
+    """Build an Architecture from a parsed config.json; implemented in catalog parsing."""
+    from simulator.catalog.parse import parse_hf_config
+
+    return parse_hf_config(raw, name)
+
+
+def catalog_names() -> list[str]:
+    """Names of the shipped model configs (file stems in simulator/catalog/)."""
+    return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
+
+
+def load_architecture(name_or_path: str) -> Architecture:
+    """A catalog name (`llama-3.1-70b`) or a path to any HF-style config.json."""
+    path = Path(name_or_path)
+    if path.suffix == ".json" or path.exists():
+        if not path.is_file():
+            raise ModelError(f"model config {name_or_path!r}: no such file")
+        name = path.parent.name if path.name == "config.json" else path.stem
+    else:
+        path = CATALOG_DIR / f"{name_or_path}.json"
+        if not path.is_file():
+            from difflib import get_close_matches
+
+            near = get_close_matches(name_or_path, catalog_names(), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ModelError(
+                f"unknown model {name_or_path!r}{hint} "
+                f"(valid: {', '.join(catalog_names())}, or a path to a config.json)"
+            )
+        name = name_or_path
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"model config {str(path)!r}: cannot read JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ModelError(f"model config {str(path)!r}: top level must be a JSON object")
+    return _parse_config(raw, name)

@@ -1,0 +1,318 @@
+"""Offline parsing of a Hugging Face config.json into an `Architecture`.
+
+Families recognised by their keys (not only by name): Llama / Llama-2 / Mistral (dense GQA),
+Qwen2/Qwen3 (explicit `head_dim`), Qwen-MoE (`num_experts`, `decoder_sparse_step`,
+`mlp_only_layers`), Mixtral and gpt-oss (`num_local_experts`), DeepSeek-V2/V3/R1 (MLA keys plus
+`n_routed_experts`). Any other decoder that carries the standard keys parses as a dense model.
+
+Every problem with the input is reported as one `ModelError` sentence naming the key; a
+KeyError or TypeError never escapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from simulator.architecture import Architecture, MLASpec, ModelError, MoESpec
+
+# Model types whose MLP is SwiGLU (gate, up, down) regardless of what `hidden_act` says.
+_GATED_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "deepseek_v2",
+        "deepseek_v3",
+        "gpt_oss",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "phi3",
+    }
+)
+# Activations that, for an unknown model type, signal a gated (GLU-style) MLP.
+_GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
+# Model types whose q/k/v projections always carry a bias, though the config has no key for it.
+_QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+
+
+class _Config:
+    """Typed reads from a config mapping; every failure is a one-sentence ModelError."""
+
+    def __init__(self, raw: Mapping[str, Any], name: str) -> None:
+        self.raw = raw
+        self.name = name
+
+    def fail(self, what: str) -> ModelError:
+        return ModelError(f"model config {self.name!r}: {what}")
+
+    def has(self, key: str) -> bool:
+        """The key is present with a non-null value."""
+        return self.raw.get(key) is not None
+
+    def int_(self, key: str, *, minimum: int = 1) -> int:
+        if key not in self.raw:
+            raise self.fail(f"missing required key {key!r}")
+        return self._check_int(key, self.raw[key], minimum)
+
+    def opt_int(self, key: str, default: int, *, minimum: int = 0) -> int:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        return self._check_int(key, value, minimum)
+
+    def _check_int(self, key: str, value: Any, minimum: int) -> int:
+        # bool is an int subclass; `true` is never a valid size. Integral floats (4096.0) are
+        # accepted because some exporters write every number as a float.
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(f"key {key!r} must be an integer (got {value!r})")
+        if value < minimum:
+            raise self.fail(f"key {key!r} must be at least {minimum} (got {value})")
+        return value
+
+    def opt_bool(self, key: str, default: bool) -> bool:
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.fail(f"key {key!r} must be true or false (got {value!r})")
+        return value
+
+    def opt_str(self, key: str) -> str | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(f"key {key!r} must be a string (got {value!r})")
+        return value
+
+    def opt_int_list(self, key: str) -> list[int]:
+        value = self.raw.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise self.fail(f"key {key!r} must be a list of integers (got {value!r})")
+        return list(value)
+
+    def opt_str_list(self, key: str) -> list[str] | None:
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(f"key {key!r} must be a list of strings (got {value!r})")
+        return list(value)
+
+
+def _flatten(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """Merge a nested `text_config` (multimodal wrappers) over the top level."""
+    text = raw.get("text_config")
+    if text is None:
+        return dict(raw)
+    if not isinstance(text, Mapping):
+        raise ModelError(f"model config {name!r}: key 'text_config' must be a JSON object")
+    merged = {k: v for k, v in raw.items() if k != "text_config"}
+    merged.update(text)
+    return merged
+
+
+def _model_type(c: _Config) -> str:
+    model_type = c.opt_str("model_type")
+    if model_type:
+        return model_type.lower()
+    archs = c.opt_str_list("architectures") or []
+    joined = " ".join(archs).lower()
+    for needle, mt in (
+        ("deepseekv3", "deepseek_v3"),
+        ("deepseekv2", "deepseek_v2"),
+        ("gptoss", "gpt_oss"),
+        ("mixtral", "mixtral"),
+        ("qwen3moe", "qwen3_moe"),
+        ("qwen3", "qwen3"),
+        ("qwen2moe", "qwen2_moe"),
+        ("qwen2", "qwen2"),
+        ("mistral", "mistral"),
+        ("llama", "llama"),
+    ):
+        if needle in joined:
+            return mt
+    return ""
+
+
+def _layer_pattern(
+    c: _Config, moe_layers: list[int], num_layers: int, what: str
+) -> tuple[int, int]:
+    """(first_dense_layers, moe_layer_interval) describing exactly the given MoE layer indices."""
+    first = moe_layers[0]
+    interval = moe_layers[1] - moe_layers[0] if len(moe_layers) > 1 else num_layers - first
+    if list(range(first, num_layers, interval)) != moe_layers:
+        raise c.fail(
+            f"{what} gives MoE layers {moe_layers}, which is not a regular "
+            "'every k-th layer after the first d' pattern"
+        )
+    return first, interval
+
+
+def _parse_moe(c: _Config, num_layers: int, intermediate: int) -> MoESpec | None:
+    if c.has("n_routed_experts"):  # DeepSeek-V2/V3/R1
+        num_experts = c.int_("n_routed_experts", minimum=0)
+        if num_experts == 0:
+            return None
+        top_k = c.int_("num_experts_per_tok")
+        expert_size = c.int_("moe_intermediate_size")
+        shared = c.opt_int("n_shared_experts", 0)
+        first_k = c.opt_int("first_k_dense_replace", 0)
+        freq = c.opt_int("moe_layer_freq", 1, minimum=1)
+        layers = [i for i in range(num_layers) if i >= first_k and i % freq == 0]
+        pattern_keys = "'first_k_dense_replace'/'moe_layer_freq'"
+        shared_size = expert_size
+    elif c.has("num_local_experts"):  # Mixtral, gpt-oss
+        num_experts = c.int_("num_local_experts", minimum=0)
+        if num_experts == 0:
+            return None
+        key = "experts_per_token" if c.has("experts_per_token") else "num_experts_per_tok"
+        top_k = c.int_(key)
+        # Mixtral and gpt-oss give the expert width as `intermediate_size`.
+        expert_size = c.opt_int("moe_intermediate_size", intermediate, minimum=1)
+        shared, shared_size = 0, 0
+        layers = list(range(num_layers))
+        pattern_keys = ""
+    elif c.has("num_experts"):  # Qwen2-MoE / Qwen3-MoE
+        num_experts = c.int_("num_experts", minimum=0)
+        if num_experts == 0:
+            return None
+        top_k = c.int_("num_experts_per_tok")
+        expert_size = c.int_("moe_intermediate_size")
+        shared_size = c.opt_int("shared_expert_intermediate_size", 0)
+        shared = 1 if shared_size > 0 else 0
+        step = c.opt_int("decoder_sparse_step", 1, minimum=1)
+        dense_only = set(c.opt_int_list("mlp_only_layers"))
+        layers = [i for i in range(num_layers) if i not in dense_only and (i + 1) % step == 0]
+        pattern_keys = "'decoder_sparse_step'/'mlp_only_layers'"
+    else:
+        return None
+
+    if top_k > num_experts:
+        raise c.fail(f"routes each token to {top_k} experts but has only {num_experts}")
+    if not layers:
+        return None  # an MoE config whose layer pattern leaves every layer dense
+    first, interval = _layer_pattern(c, layers, num_layers, pattern_keys or "the config")
+    return MoESpec(
+        num_experts=num_experts,
+        experts_per_token=top_k,
+        expert_intermediate_size=expert_size,
+        num_shared_experts=shared,
+        shared_expert_intermediate_size=shared_size,
+        first_dense_layers=first,
+        moe_layer_interval=interval,
+    )
+
+
+def _parse_mla(c: _Config) -> MLASpec | None:
+    if not c.has("kv_lora_rank"):
+        return None
+    return MLASpec(
+        q_lora_rank=c.opt_int("q_lora_rank", 0),  # null in DeepSeek-V2-Lite: no q compression
+        kv_lora_rank=c.int_("kv_lora_rank"),
+        qk_rope_head_dim=c.int_("qk_rope_head_dim"),
+        qk_nope_head_dim=c.int_("qk_nope_head_dim"),
+        v_head_dim=c.int_("v_head_dim"),
+    )
+
+
+def _parse_sliding(c: _Config, num_layers: int) -> tuple[int | None, int]:
+    """(window, number of layers that use it)."""
+    layer_types = c.opt_str_list("layer_types")
+    if layer_types is not None:  # gpt-oss (and newer HF configs) list each layer's attention
+        if len(layer_types) != num_layers:
+            raise c.fail(
+                f"key 'layer_types' lists {len(layer_types)} layers but "
+                f"'num_hidden_layers' is {num_layers}"
+            )
+        n_sliding = sum(1 for t in layer_types if t == "sliding_attention")
+        if n_sliding == 0:
+            return None, 0
+        return c.int_("sliding_window"), n_sliding
+    if not c.has("sliding_window"):
+        return None, 0
+    if not c.opt_bool("use_sliding_window", True):
+        return None, 0  # Qwen configs carry a window that is switched off
+    window = c.int_("sliding_window")
+    if c.has("use_sliding_window") and c.has("max_window_layers"):
+        # Qwen2-style: layers at index >= max_window_layers use the window.
+        n_sliding = max(0, num_layers - c.int_("max_window_layers", minimum=0))
+    else:
+        n_sliding = num_layers  # Mistral-style: every layer
+    return (window, n_sliding) if n_sliding > 0 else (None, 0)
+
+
+def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
+    """Build an Architecture from a parsed HF config.json (no network, no transformers)."""
+    if not isinstance(raw, Mapping):
+        raise ModelError(f"model config {name!r}: top level must be a JSON object")
+    c = _Config(_flatten(raw, name), name)
+    model_type = _model_type(c)
+
+    num_layers = c.int_("num_hidden_layers")
+    hidden = c.int_("hidden_size")
+    heads = c.int_("num_attention_heads")
+    kv_heads = c.opt_int("num_key_value_heads", heads, minimum=1)
+    if heads % kv_heads != 0:
+        raise c.fail(
+            f"'num_attention_heads' ({heads}) is not a multiple of "
+            f"'num_key_value_heads' ({kv_heads})"
+        )
+    vocab = c.int_("vocab_size")
+    intermediate = c.int_("intermediate_size")
+    if c.has("max_position_embeddings") or not c.has("max_sequence_length"):
+        max_pos = c.int_("max_position_embeddings")
+    else:
+        max_pos = c.int_("max_sequence_length")  # original LLaMA-1 exports
+
+    mla = _parse_mla(c)
+    if mla is not None:
+        # The width of one query/key head (nope + rope part); values use v_head_dim.
+        head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    elif c.has("head_dim"):
+        head_dim = c.int_("head_dim")
+    else:
+        if hidden % heads != 0:
+            raise c.fail(
+                f"key 'head_dim' is absent and 'hidden_size' ({hidden}) is not divisible by "
+                f"'num_attention_heads' ({heads})"
+            )
+        head_dim = hidden // heads
+
+    hidden_act = (c.opt_str("hidden_act") or "silu").lower()
+    gated = model_type in _GATED_MODEL_TYPES or hidden_act in _GATED_ACTIVATIONS
+    attention_bias = c.opt_bool("attention_bias", model_type in _QKV_BIAS_MODEL_TYPES)
+    window, n_sliding = _parse_sliding(c, num_layers)
+
+    return Architecture(
+        name=name,
+        num_layers=num_layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        # Every family handled here defaults to separate input/output embeddings.
+        tie_word_embeddings=c.opt_bool("tie_word_embeddings", False),
+        gated_mlp=gated,
+        attention_bias=attention_bias,
+        sliding_window=window,
+        num_sliding_layers=n_sliding,
+        max_position_embeddings=max_pos,
+        moe=_parse_moe(c, num_layers, intermediate),
+        mla=mla,
+        attention_sinks=model_type == "gpt_oss",
+    )

@@ -1,0 +1,196 @@
+"""`frontier` command line: a thin shell over the public API. Bad input: one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from simulator.architecture import ModelError, catalog_names, load_architecture
+from simulator.cost import Formats, LayoutError, MemoryFitError, ParallelLayout
+from simulator.errors import InputError
+from simulator.hardware import load_hardware, profile_paths
+from simulator.precision import FORMAT_NAMES
+from simulator.units import table
+
+USER_ERRORS: tuple[type[Exception], ...] = (
+    InputError,
+    ModelError,
+    LayoutError,
+    MemoryFitError,
+    ValueError,
+)
+
+_FORMAT = click.Choice(FORMAT_NAMES)
+
+
+def _dump(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, allow_nan=False))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="frontier-sim")
+def cli() -> None:
+    """frontier: predict the latency/throughput frontier of LLM serving without GPUs."""
+
+
+@cli.command()
+@click.argument("model")
+@click.option("--gpu", required=True, help="Hardware profile name (see `frontier hardware list`).")
+@click.option("--tp", "tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", "pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ep", "ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--attention-dp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--weights", type=_FORMAT, default=None)
+@click.option("--activations", type=_FORMAT, default=None)
+@click.option("--kv-cache", type=_FORMAT, default=None)
+@click.option("--precision", type=_FORMAT, default=None, help="Sets weights, activations and KV.")
+@click.option("--decode-batch", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--context", type=click.IntRange(min=0), default=1024, show_default=True)
+@click.option("--prefill-tokens", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.9)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def explain(
+    model: str,
+    gpu: str,
+    tp: int,
+    pp: int,
+    ep: int,
+    attention_dp: int,
+    weights: str | None,
+    activations: str | None,
+    kv_cache: str | None,
+    precision: str | None,
+    decode_batch: int,
+    context: int,
+    prefill_tokens: int,
+    gpu_memory_utilization: float,
+    as_json: bool,
+) -> None:
+    """Cost one engine step of MODEL operator by operator (the teaching view)."""
+    from simulator.explain import explain as run_explain
+
+    base = precision or "bf16"
+    act_default = base if precision != "int4" else "bf16"
+    formats = Formats(weights or base, activations or act_default, kv_cache or base)
+    result = run_explain(
+        model,
+        gpu,
+        ParallelLayout(tp, pp, attention_dp, ep),
+        formats,
+        decode_batch,
+        context,
+        prefill_tokens,
+        gpu_memory_utilization,
+    )
+    if as_json:
+        _dump(result.to_dict())
+    else:
+        click.echo(result.to_text())
+
+
+@cli.group()
+def hardware() -> None:
+    """GPU hardware profiles."""
+
+
+@hardware.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def hardware_list(as_json: bool) -> None:
+    """Every profile found (shipped, FRONTIER_HARDWARE_PATH)."""
+    rows, data = [], []
+    for name in sorted(profile_paths()):
+        hw = load_hardware(name)
+        fl = hw.dense_flops_per_s
+        data.append(
+            {
+                "name": name,
+                "description": hw.description,
+                "dense_flops_per_s": fl,
+                "hbm_bytes": hw.hbm_bytes,
+                "hbm_bytes_per_s": hw.hbm_bytes_per_s,
+                "scale_up_bytes_per_s": hw.scale_up_bytes_per_s,
+                "scale_up_domain_size": hw.scale_up_domain_size,
+                "board_power_w": hw.board_power_w,
+            }
+        )
+        rows.append(
+            [
+                name,
+                f"{fl.get('bf16', 0) / 1e12:.0f}",
+                f"{fl['fp8'] / 1e12:.0f}" if "fp8" in fl else "-",
+                f"{fl['fp4'] / 1e12:.0f}" if "fp4" in fl else "-",
+                f"{hw.hbm_bytes / 1e9:.0f}",
+                f"{hw.hbm_bytes_per_s / 1e12:.2f}",
+                f"{hw.scale_up_bytes_per_s / 1e9:.0f} x{hw.scale_up_domain_size}",
+                f"{hw.board_power_w:.0f}",
+            ]
+        )
+    if as_json:
+        _dump(data)
+        return
+    headers = ["gpu", "BF16 TF/s", "FP8 TF/s", "FP4 TF/s", "HBM GB", "HBM TB/s", "NVLink GB/s/dir", "W"]
+    click.echo(table(headers, rows))
+
+
+@cli.group()
+def models() -> None:
+    """The model catalog."""
+
+
+@models.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def models_list(as_json: bool) -> None:
+    """Every catalog model with its parameter counts and attention shape."""
+    rows, data = [], []
+    for name in catalog_names():
+        a = load_architecture(name)
+        kind = "MLA" if a.mla else ("MHA" if a.num_kv_heads == a.num_attention_heads else "GQA")
+        moe = f"{a.moe.experts_per_token}/{a.moe.num_experts}" if a.moe else "-"
+        data.append(
+            {
+                "name": name,
+                "total_params": a.total_params,
+                "active_params": a.active_params,
+                "layers": a.num_layers,
+                "hidden_size": a.hidden_size,
+                "attention": kind,
+                "experts": moe,
+            }
+        )
+        rows.append(
+            [
+                name,
+                f"{a.total_params / 1e9:.1f}B",
+                f"{a.active_params / 1e9:.1f}B",
+                str(a.num_layers),
+                str(a.hidden_size),
+                f"{kind} {a.num_attention_heads}/{a.num_kv_heads}",
+                moe,
+            ]
+        )
+    if as_json:
+        _dump(data)
+        return
+    click.echo(table(["model", "params", "active", "layers", "hidden", "attention q/kv", "top-k/experts"], rows))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every user error becomes one line on stderr and exit status 2."""
+    try:
+        cli.main(args=argv, prog_name="frontier", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("frontier: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"frontier: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except USER_ERRORS as exc:
+        click.echo(f"frontier: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(0)

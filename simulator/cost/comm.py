@@ -1,0 +1,59 @@
+"""Collective times: latency + bytes / achievable bandwidth, NVLink inside the domain, NIC beyond.
+
+The bus-bandwidth convention is nccl-tests': an all-reduce of S bytes over n ranks moves
+2(n-1)/n x S per rank; all-gather and reduce-scatter move (n-1)/n x S; all-to-all sends
+(n-1)/n of each rank's buffer away. Latency and bandwidth per GPU are measured fields in the
+hardware profile (fitted to the NCCL and custom all-reduce rows in shared/reference).
+"""
+
+from __future__ import annotations
+
+from simulator.hardware import Hardware
+
+
+def _link(hw: Hardware, group: int) -> tuple[float, float]:
+    """(latency_s, bus bytes/s) for a collective over `group` GPUs."""
+    if group <= hw.scale_up_domain_size:
+        return hw.allreduce_latency_s, hw.allreduce_bus_bytes_per_s
+    # Beyond the NVLink domain the slowest hop is the NIC; hierarchical algorithms still pay
+    # the NVLink latency inside each domain.
+    return (
+        hw.allreduce_latency_s + hw.scale_out_latency_s,
+        hw.scale_out_bytes_per_s * hw.scale_out_fraction,
+    )
+
+
+def allreduce_time_s(nbytes: float, group: int, hw: Hardware) -> float:
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    latency_s, bus_bytes_per_s = _link(hw, group)
+    return latency_s + 2.0 * (group - 1) / group * nbytes / bus_bytes_per_s
+
+
+def allgather_time_s(nbytes: float, group: int, hw: Hardware) -> float:
+    """All-gather (or reduce-scatter) of a buffer whose gathered size is `nbytes`."""
+    if group <= 1 or nbytes <= 0:
+        return 0.0
+    latency_s, bus_bytes_per_s = _link(hw, group)
+    return latency_s + (group - 1) / group * nbytes / bus_bytes_per_s
+
+
+def alltoall_time_s(nbytes_per_gpu: float, group: int, hw: Hardware) -> float:
+    """MoE dispatch or combine: each GPU sends (n-1)/n of its routed activations away."""
+    if group <= 1 or nbytes_per_gpu <= 0:
+        return 0.0
+    if group <= hw.scale_up_domain_size:
+        latency_s, bytes_per_s = hw.alltoall_latency_s, hw.alltoall_bytes_per_s
+    else:
+        latency_s = hw.alltoall_latency_s + hw.scale_out_latency_s
+        bytes_per_s = hw.scale_out_bytes_per_s * hw.scale_out_fraction
+    return latency_s + (group - 1) / group * nbytes_per_gpu / bytes_per_s
+
+
+def p2p_time_s(nbytes: float, crosses_domain: bool, hw: Hardware) -> float:
+    """Pipeline-stage send/recv of activations."""
+    if nbytes <= 0:
+        return 0.0
+    if crosses_domain:
+        return hw.scale_out_latency_s + nbytes / (hw.scale_out_bytes_per_s * hw.scale_out_fraction)
+    return hw.allreduce_latency_s + nbytes / hw.scale_up_bytes_per_s

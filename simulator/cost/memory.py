@@ -1,0 +1,174 @@
+"""Memory per GPU: sharded weights, activation workspace, and what is left for the KV cache.
+
+Linear-layer weights take the weight format; embeddings, LM head, norms and the MoE router stay
+BF16, as published FP8/FP4 checkpoints keep them. Memory outside the framework's pool (CUDA
+context, NCCL buffers, CUDA graphs) is not modelled: its size depends on the setup and is
+unknown here, so `gpu_memory_utilization` is the user's knob for it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.architecture import Architecture
+from simulator.cost.layout import Formats, ParallelLayout, kv_heads_per_gpu
+from simulator.hardware import Hardware
+from simulator.precision import get_format
+
+BF16_BYTES = 2.0
+LOGIT_BYTES = 4.0  # FP32 logits for sampling
+
+
+class MemoryFitError(ValueError):
+    """The layout does not fit in GPU memory; the message says by how much."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBudget:
+    weights_bytes_per_gpu: float
+    activation_bytes_per_gpu: float
+    usable_bytes_per_gpu: float  # HBM x gpu_memory_utilization
+    kv_bytes_per_gpu: float  # what is left for the KV cache
+    kv_bytes_per_token_per_gpu: float
+    kv_capacity_tokens: int  # per engine replica (attention-DP ranks each hold their own cache)
+    kv_heads_replicated: bool  # fewer KV heads than TP ranks: each rank stores a copy
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_bytes_per_gpu > 0
+
+
+def layers_per_stage(arch: Architecture, pp: int) -> int:
+    return math.ceil(arch.num_layers / pp)
+
+
+def attention_weight_params_per_gpu(arch: Architecture, tp: int) -> float:
+    """Attention projection parameters one TP rank holds for one layer."""
+    h = arch.hidden_size
+    if arch.mla is not None:
+        m, nh = arch.mla, arch.num_attention_heads
+        qk_head = m.qk_nope_head_dim + m.qk_rope_head_dim
+        # q_a and kv_a down-projections are small and replicated on every rank (vLLM).
+        replicated = h * m.q_lora_rank + h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
+        sharded = q_in * nh * qk_head + m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
+        sharded += nh * m.v_head_dim * h
+        return replicated + sharded / tp
+    q_and_o = 2 * h * arch.num_attention_heads * arch.head_dim / tp
+    kv = 2 * h * kv_heads_per_gpu(arch, tp) * arch.head_dim
+    return q_and_o + kv
+
+
+def ffn_weight_params_per_gpu(arch: Architecture, layout: ParallelLayout) -> tuple[float, float]:
+    """(dense-MLP layer params, MoE layer params) one GPU holds for one layer of each kind."""
+    group = layout.mlp_group
+    dense = arch.dense_mlp_params_per_layer / group
+    if arch.moe is None:
+        return dense, 0.0
+    ep = layout.expert_parallel
+    expert_tp = group // ep
+    experts = arch.moe.num_experts / ep * arch.routed_expert_params / expert_tp
+    shared = arch.shared_expert_params_per_layer / group
+    return dense, experts + shared
+
+
+def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: Formats) -> float:
+    """Bytes of weights on the most loaded GPU (a pipeline stage's share of layers)."""
+    wb = get_format(formats.weights).bytes_per_element
+    pp = layout.pipeline_parallel
+    share = layers_per_stage(arch, pp) / arch.num_layers
+    dense_p, moe_p = ffn_weight_params_per_gpu(arch, layout)
+    linear = arch.num_layers * attention_weight_params_per_gpu(arch, layout.tensor_parallel)
+    linear += arch.num_dense_mlp_layers * dense_p + arch.num_moe_layers * moe_p
+    bf16_params = arch.num_moe_layers * arch.router_params_per_layer + arch.norm_params
+    linear_bytes = share * (linear * wb + bf16_params * BF16_BYTES)
+    # Vocab-parallel embedding and LM head over TP; with PP they sit on the first/last stage.
+    embed = arch.embedding_params / layout.tensor_parallel
+    head = arch.lm_head_params / layout.tensor_parallel
+    vocab_bytes = (embed + head if pp == 1 else max(embed, head)) * BF16_BYTES
+    return linear_bytes + vocab_bytes
+
+
+def kv_bytes_per_token_per_gpu(arch: Architecture, layout: ParallelLayout, kv_format: str) -> float:
+    """KV bytes one GPU stores per cached token: its stage's layers, its share of KV heads.
+
+    MLA caches one latent (kv_lora_rank + rope dims) per token that every TP rank needs whole,
+    so TP does not shrink it; GQA heads split over TP until each rank has one, then replicate.
+    Sliding-window layers are counted like full ones (a conservative bound: engines with a
+    hybrid allocator keep only the window for those layers).
+    """
+    if arch.mla is not None:
+        elems = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+    else:
+        elems = 2 * kv_heads_per_gpu(arch, layout.tensor_parallel) * arch.head_dim
+    layers = layers_per_stage(arch, layout.pipeline_parallel)
+    return layers * elems * get_format(kv_format).bytes_per_element
+
+
+def activation_bytes_per_gpu(
+    arch: Architecture, layout: ParallelLayout, max_batched_tokens: int, max_seqs: int
+) -> float:
+    """Peak transient activations of one step at the scheduler's token budget.
+
+    Two live buffers of the widest per-token activation (residual stream plus the widest
+    projection output on this rank) and the FP32 logits of every sampled sequence.
+    """
+    tp, group = layout.tensor_parallel, layout.mlp_group
+    widest = max(
+        (arch.q_dim + 2 * arch.num_kv_heads * arch.head_dim) / tp,
+        2 * arch.intermediate_size / group,
+        0
+        if arch.moe is None
+        else 2 * arch.moe.experts_per_token * arch.moe.expert_intermediate_size / group,
+    )
+    tokens = max_batched_tokens / layout.attention_data_parallel
+    per_token = (arch.hidden_size + widest) * BF16_BYTES * 2
+    logits = max_seqs * arch.vocab_size / tp * LOGIT_BYTES
+    return tokens * per_token + logits
+
+
+def memory_budget(
+    arch: Architecture,
+    hw: Hardware,
+    layout: ParallelLayout,
+    formats: Formats,
+    gpu_memory_utilization: float = 0.9,
+    max_batched_tokens: int = 8192,
+    max_seqs: int = 256,
+) -> MemoryBudget:
+    weights = weights_bytes_per_gpu(arch, layout, formats)
+    acts = activation_bytes_per_gpu(arch, layout, max_batched_tokens, max_seqs)
+    usable = hw.hbm_bytes * gpu_memory_utilization
+    kv_avail = usable - weights - acts
+    per_token = kv_bytes_per_token_per_gpu(arch, layout, formats.kv_cache)
+    tokens = int(kv_avail // per_token) * layout.attention_data_parallel if kv_avail > 0 else 0
+    replicated = arch.mla is None and arch.num_kv_heads < layout.tensor_parallel
+    return MemoryBudget(weights, acts, usable, kv_avail, per_token, tokens, replicated)
+
+
+def describe_layout(layout: ParallelLayout) -> str:
+    parts = [f"tp={layout.tensor_parallel}"]
+    if layout.pipeline_parallel > 1:
+        parts.append(f"pp={layout.pipeline_parallel}")
+    if layout.attention_data_parallel > 1:
+        parts.append(f"attention_dp={layout.attention_data_parallel}")
+    if layout.expert_parallel > 1:
+        parts.append(f"ep={layout.expert_parallel}")
+    return ", ".join(parts)
+
+
+def require_fit(
+    arch: Architecture, hw: Hardware, layout: ParallelLayout, formats: Formats, budget: MemoryBudget
+) -> None:
+    """Raise MemoryFitError naming how many GB the layout needs against what the GPU has."""
+    if budget.fits:
+        return
+    need = (budget.weights_bytes_per_gpu + budget.activation_bytes_per_gpu) / 1e9
+    raise MemoryFitError(
+        f"{arch.name} {formats.weights} needs {need:.0f} GB per GPU at {describe_layout(layout)} "
+        f"({budget.weights_bytes_per_gpu / 1e9:.0f} GB weights + "
+        f"{budget.activation_bytes_per_gpu / 1e9:.1f} GB activations) before any KV cache; "
+        f"{hw.name} has {hw.hbm_bytes / 1e9:.0f} GB "
+        f"({budget.usable_bytes_per_gpu / 1e9:.0f} GB usable at the memory utilization limit)"
+    )

@@ -1,0 +1,68 @@
+"""One row of a step's cost: an operator with its FLOPs, bytes, time and what bounds it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+Bound = Literal["compute", "memory", "communication"]
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    """Per-GPU cost of one operator summed over the layers it appears in."""
+
+    op: str
+    flops: float
+    bytes: float  # HBM bytes, or bytes on the wire for communication
+    time_s: float  # core time + launch_s
+    launch_s: float  # fixed per-kernel cost included in time_s
+    bound: Bound
+    kernels: int
+
+    @property
+    def core_s(self) -> float:
+        return self.time_s - self.launch_s
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes > 0 else math.inf
+
+
+def roofline(
+    op: str,
+    flops: float,
+    nbytes: float,
+    flops_per_s: float,
+    bytes_per_s: float,
+    kernels: int,
+    launch_s: float,
+    compute_s: float | None = None,
+) -> OpCost:
+    """max(compute, memory) + launches. `compute_s` overrides flops/rate (tile-quantized GEMMs)."""
+    tc = flops / flops_per_s if compute_s is None else compute_s
+    tm = nbytes / bytes_per_s
+    launch = kernels * launch_s
+    return OpCost(
+        op,
+        flops,
+        nbytes,
+        max(tc, tm) + launch,
+        launch,
+        "compute" if tc >= tm else "memory",
+        kernels,
+    )
+
+
+def scaled(op: OpCost, factor: float, name: str | None = None) -> OpCost:
+    """The same operator repeated `factor` times (e.g. over layers)."""
+    return OpCost(
+        name or op.op,
+        op.flops * factor,
+        op.bytes * factor,
+        op.time_s * factor,
+        op.launch_s * factor,
+        op.bound,
+        round(op.kernels * factor),
+    )

@@ -1,0 +1,383 @@
+"""The cost of one engine step for a batch described by aggregates: the physics/simulation seam.
+
+`StepModel` is built once per (model, GPU, layout, formats) and answers two questions:
+`cost(batch)` gives the full per-operator breakdown (the teaching view), `time_s(batch)` the
+same total through a fast path that memoizes the parts that depend only on the token count.
+Both sum the same operator functions, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from simulator.architecture import Architecture
+from simulator.cost.attention import attention_dims, windowed
+from simulator.cost.comm import allgather_time_s, allreduce_time_s, alltoall_time_s, p2p_time_s
+from simulator.cost.gemm import gemm_bytes, gemm_compute_time_s
+from simulator.cost.layout import Formats, ParallelLayout, check_formats, check_layout
+from simulator.cost.layout import kv_heads_per_gpu as _kv_heads_per_gpu
+from simulator.cost.ops import OpCost, roofline
+from simulator.hardware import Hardware
+from simulator.precision import attention_tensor_format, gemm_tensor_format, get_format
+
+BF16_BYTES = 2.0
+LOGIT_BYTES = 4.0
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """One step's work per engine replica, as aggregates (O(1) to cost however large)."""
+
+    prefill_tokens: int = 0  # new prompt tokens computed this step (all chunks)
+    prefill_seqs: int = 0  # sequences with a prefill chunk this step
+    prefill_attention_pairs: float = 0.0  # sum over chunks of c*p + c(c+1)/2
+    prefill_context_tokens: int = 0  # sum over chunks of the cached prefix p they attend to
+    prefill_sampled_seqs: int = 0  # chunks that finish their prompt and sample a token
+    decode_seqs: int = 0
+    decode_context_tokens: int = 0  # sum of cached tokens each decode attends to
+    speculative_tokens_per_seq: int = 0  # draft tokens verified with each decode (later issue)
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_seqs * (1 + self.speculative_tokens_per_seq)
+
+    @property
+    def sampled_rows(self) -> int:
+        return self.prefill_sampled_seqs + self.decode_seqs * (1 + self.speculative_tokens_per_seq)
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    step_time_s: float
+    ops: tuple[OpCost, ...]
+    compute_s: float
+    memory_s: float
+    communication_s: float
+    overhead_s: float
+
+    @property
+    def bound(self) -> str:
+        kinds = {
+            "compute": self.compute_s,
+            "memory": self.memory_s,
+            "communication": self.communication_s,
+            "overhead": self.overhead_s,
+        }
+        return max(kinds, key=lambda k: kinds[k])
+
+
+def _sum_time(ops: list[OpCost]) -> float:
+    return sum(o.time_s for o in ops)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    arch: Architecture
+    hw: Hardware
+    layout: ParallelLayout
+    formats: Formats
+    comm_overlap: float = 0.0  # fraction of communication hidden under compute (assumption)
+    _token_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+    _head_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_layout(self.arch, self.layout)
+        check_formats(self.hw, self.formats)
+        if not 0.0 <= self.comm_overlap <= 1.0:
+            raise ValueError(f"comm_overlap must be in [0, 1] (got {self.comm_overlap})")
+
+    # ---- rates -------------------------------------------------------------------------
+
+    @property
+    def gemm_format(self) -> str:
+        supported = frozenset(self.hw.dense_flops_per_s)
+        return gemm_tensor_format(self.formats.weights, self.formats.activations, supported)
+
+    @property
+    def gemm_flops_per_s(self) -> float:
+        return self.hw.dense_flops_per_s[self.gemm_format] * self.hw.gemm_compute_fraction
+
+    @property
+    def bf16_gemm_flops_per_s(self) -> float:
+        fmt = attention_tensor_format(frozenset(self.hw.dense_flops_per_s))
+        return self.hw.dense_flops_per_s[fmt] * self.hw.gemm_compute_fraction
+
+    @property
+    def attention_flops_per_s(self) -> float:
+        fmt = attention_tensor_format(frozenset(self.hw.dense_flops_per_s))
+        return self.hw.dense_flops_per_s[fmt] * self.hw.attention_compute_fraction
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hw.hbm_bytes_per_s * self.hw.hbm_bandwidth_fraction
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity above which a GEMM is compute-bound on this chip."""
+        return self.gemm_flops_per_s / self.hbm_bytes_per_s
+
+    # ---- building blocks ---------------------------------------------------------------
+
+    def _gemm(
+        self,
+        op: str,
+        m: int,
+        n: int,
+        k: int,
+        layers: int,
+        groups: int = 1,
+        bf16: bool = False,
+    ) -> OpCost:
+        """`groups` same-shape GEMMs (MoE experts) launched as one grouped kernel per layer."""
+        if bf16:
+            rate, wb, ab = self.bf16_gemm_flops_per_s, BF16_BYTES, BF16_BYTES
+        else:
+            rate = self.gemm_flops_per_s
+            wb = get_format(self.formats.weights).bytes_per_element
+            ab = min(get_format(self.formats.activations).bytes_per_element, BF16_BYTES)
+        flops = 2.0 * m * n * k * groups * layers
+        nbytes = gemm_bytes(m, n, k, wb, ab) * groups * layers
+        compute_s = gemm_compute_time_s(m, n * groups, k, rate, self.hw.sm_count) * layers
+        return roofline(
+            op,
+            flops,
+            nbytes,
+            rate,
+            self.hbm_bytes_per_s,
+            layers,
+            self.hw.kernel_launch_overhead_s,
+            compute_s,
+        )
+
+    def _elementwise(self, op: str, nbytes: float, kernels: int) -> OpCost:
+        return roofline(
+            op,
+            0.0,
+            nbytes,
+            1.0,
+            self.hbm_bytes_per_s,
+            kernels,
+            self.hw.kernel_launch_overhead_s,
+            compute_s=0.0,
+        )
+
+    def _comm(self, op: str, time_s: float, nbytes: float) -> OpCost:
+        t = time_s * (1.0 - self.comm_overlap)
+        return OpCost(op, 0.0, nbytes, t, 0.0, "communication", 0)
+
+    # ---- operators that depend only on the token count ----------------------------------
+
+    def token_ops(self, tokens: int) -> list[OpCost]:
+        """Projections, MLP/MoE, norms and collectives of `tokens` tokens through all layers."""
+        if tokens <= 0:
+            return []
+        a, lay = self.arch, self.layout
+        tp, dp, group = lay.tensor_parallel, lay.attention_data_parallel, lay.mlp_group
+        h, L = a.hidden_size, a.num_layers
+        ma = math.ceil(tokens / dp)  # tokens on one attention-DP rank
+        ops: list[OpCost] = [self._elementwise("embedding", ma * h * BF16_BYTES, 1)]
+
+        if a.mla is None:
+            qkv_n = (a.num_attention_heads // tp + 2 * _kv_heads_per_gpu(a, tp)) * a.head_dim
+            ops.append(self._gemm("qkv_proj", ma, qkv_n, h, L))
+            o_k = a.num_attention_heads // tp * a.head_dim
+        else:
+            m, heads = a.mla, a.num_attention_heads // tp
+            down_n = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
+            ops.append(self._gemm("mla_down_proj", ma, down_n, h, L))
+            q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
+            ops.append(
+                self._gemm(
+                    "mla_q_up_proj", ma, heads * (m.qk_nope_head_dim + m.qk_rope_head_dim), q_in, L
+                )
+            )
+            ops.append(
+                self._gemm(
+                    "mla_kv_up_proj",
+                    ma,
+                    heads * (m.qk_nope_head_dim + m.v_head_dim),
+                    m.kv_lora_rank,
+                    L,
+                )
+            )
+            o_k = heads * m.v_head_dim
+        ops.append(self._gemm("o_proj", ma, h, o_k, L))
+
+        # Collectives around attention and the FFN. Pure TP: two all-reduces per layer.
+        # Attention-DP: all-reduce inside each TP group, then the FFN group gathers every
+        # rank's tokens and scatters them back (SGLang-style DP attention).
+        act_bytes = tokens * h * BF16_BYTES
+        if dp == 1:
+            ops.append(
+                self._comm(
+                    "tp_allreduce",
+                    2 * L * allreduce_time_s(act_bytes, tp, self.hw),
+                    2 * L * act_bytes,
+                )
+            )
+        else:
+            per_rank = ma * h * BF16_BYTES
+            t = L * (
+                allreduce_time_s(per_rank, tp, self.hw)
+                + 2 * allgather_time_s(act_bytes, group, self.hw)
+            )
+            ops.append(self._comm("dp_gather_scatter", t, L * (per_rank + 2 * act_bytes)))
+
+        ops.extend(self._ffn_ops(tokens))
+
+        i_loc = a.intermediate_size / group
+        norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
+        rope_bytes = 4 * ma * (a.q_dim / tp + a.kv_elements_per_token_per_layer() / 2) * BF16_BYTES
+        act_fn_bytes = 3 * tokens * i_loc * BF16_BYTES if a.num_dense_mlp_layers else 0.0
+        ops.append(
+            self._elementwise(
+                "norms_rope_activation",
+                L * (norm_bytes + rope_bytes) + a.num_dense_mlp_layers * act_fn_bytes,
+                4 * L,
+            )
+        )
+        if lay.pipeline_parallel > 1:
+            crosses = lay.gpus > self.hw.scale_up_domain_size
+            t = (lay.pipeline_parallel - 1) * p2p_time_s(ma * h * BF16_BYTES, crosses, self.hw)
+            ops.append(
+                self._comm("pp_send_recv", t, (lay.pipeline_parallel - 1) * ma * h * BF16_BYTES)
+            )
+        return ops
+
+    def _ffn_ops(self, tokens: int) -> list[OpCost]:
+        a, lay = self.arch, self.layout
+        group, h = lay.mlp_group, a.hidden_size
+        ops: list[OpCost] = []
+        gate_mult = 2 if a.gated_mlp else 1
+        if a.num_dense_mlp_layers:
+            n_loc = a.intermediate_size // group
+            ops.append(
+                self._gemm("mlp_up_gate", tokens, gate_mult * n_loc, h, a.num_dense_mlp_layers)
+            )
+            ops.append(self._gemm("mlp_down", tokens, h, n_loc, a.num_dense_mlp_layers))
+        if a.moe is None or a.num_moe_layers == 0:
+            return ops
+        moe, Lm = a.moe, a.num_moe_layers
+        ep = lay.expert_parallel
+        expert_tp = group // ep
+        ma = math.ceil(tokens / lay.attention_data_parallel)
+        ops.append(self._gemm("moe_router", ma, moe.num_experts, h, Lm, bf16=True))
+        # Expected distinct experts hit: each token picks k of E, so an expert is missed by
+        # all T tokens with probability (1 - k/E)^T. Their weights are what decode streams.
+        local_experts = moe.num_experts / ep
+        p_hit = 1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens
+        touched = max(1, round(local_experts * p_hit))
+        routed = tokens * moe.experts_per_token / ep  # token-expert pairs on this GPU
+        m_e = math.ceil(routed / touched)
+        ie = moe.expert_intermediate_size // expert_tp
+        ops.append(self._gemm("moe_experts_up_gate", m_e, gate_mult * ie, h, Lm, groups=touched))
+        ops.append(self._gemm("moe_experts_down", m_e, h, ie, Lm, groups=touched))
+        if moe.num_shared_experts:
+            ish = moe.num_shared_experts * moe.shared_expert_intermediate_size // group
+            ops.append(self._gemm("moe_shared_up_gate", tokens, gate_mult * ish, h, Lm))
+            ops.append(self._gemm("moe_shared_down", tokens, h, ish, Lm))
+        ops.append(
+            self._elementwise(
+                "moe_permute_activation", Lm * routed * (2 * h + 3 * ie) * BF16_BYTES, 3 * Lm
+            )
+        )
+        if ep > 1:
+            a_bytes = min(get_format(self.formats.activations).bytes_per_element, BF16_BYTES)
+            sent = tokens / group * moe.experts_per_token * h
+            t = Lm * (
+                alltoall_time_s(sent * a_bytes, ep, self.hw)
+                + alltoall_time_s(sent * BF16_BYTES, ep, self.hw)
+            )
+            ops.append(self._comm("ep_alltoall", t, Lm * sent * (a_bytes + BF16_BYTES)))
+        return ops
+
+    def head_ops(self, rows: int) -> list[OpCost]:
+        """LM head, logits gather and sampling for `rows` sampled positions."""
+        if rows <= 0:
+            return []
+        a, tp = self.arch, self.layout.tensor_parallel
+        ops = [self._gemm("lm_head", rows, a.vocab_size // tp, a.hidden_size, 1, bf16=True)]
+        logit_bytes = rows * a.vocab_size * LOGIT_BYTES
+        if tp > 1:
+            ops.append(
+                self._comm("logits_gather", allgather_time_s(logit_bytes, tp, self.hw), logit_bytes)
+            )
+        ops.append(self._elementwise("sampling", 2 * logit_bytes, 2))
+        return ops
+
+    # ---- operators that depend on the batch's contexts ---------------------------------
+
+    def attention_ops(self, b: BatchShape) -> list[OpCost]:
+        a, lay = self.arch, self.layout
+        tp, dp = lay.tensor_parallel, lay.attention_data_parallel
+        heads = a.num_attention_heads // tp
+        dims = attention_dims(a)
+        kv_tok_layer = (
+            a.kv_elements_per_token_per_layer()
+            if a.mla is not None
+            else 2 * _kv_heads_per_gpu(a, tp) * a.head_dim
+        ) * get_format(self.formats.kv_cache).bytes_per_element
+        rate = self.attention_flops_per_s
+        bw = self.hw.hbm_bytes_per_s * self.hw.attention_hbm_fraction
+        launch = self.hw.kernel_launch_overhead_s
+        n_sw = a.num_sliding_layers
+        n_full = a.num_layers - n_sw
+        ops: list[OpCost] = []
+        if b.prefill_tokens > 0:
+            pairs = b.prefill_attention_pairs / dp
+            pairs_sw = windowed(pairs, b.prefill_tokens / dp, a.sliding_window)
+            per_pair = 2.0 * heads * (dims.prefill_qk + dims.prefill_v)
+            flops = per_pair * (n_full * pairs + n_sw * pairs_sw)
+            kv_tokens = (b.prefill_context_tokens + b.prefill_tokens) / dp
+            kv_tokens_sw = windowed(
+                kv_tokens, b.prefill_seqs / dp + b.prefill_tokens / dp, a.sliding_window
+            )
+            q_o_bytes = (
+                2
+                * b.prefill_tokens
+                / dp
+                * heads
+                * (dims.prefill_qk + dims.prefill_v)
+                / 2
+                * BF16_BYTES
+            )
+            nbytes = (
+                kv_tok_layer * (n_full * kv_tokens + n_sw * kv_tokens_sw) + a.num_layers * q_o_bytes
+            )
+            ops.append(roofline("attention_prefill", flops, nbytes, rate, bw, a.num_layers, launch))
+        if b.decode_seqs > 0:
+            q_per_seq = 1 + b.speculative_tokens_per_seq
+            ctx = (b.decode_context_tokens + b.decode_seqs * q_per_seq) / dp
+            ctx_sw = windowed(ctx, b.decode_seqs / dp, a.sliding_window)
+            per_pair = 2.0 * heads * (dims.decode_qk + dims.decode_v) * q_per_seq
+            flops = per_pair * (n_full * ctx + n_sw * ctx_sw)
+            nbytes = kv_tok_layer * (n_full * ctx + n_sw * ctx_sw)
+            ops.append(roofline("attention_decode", flops, nbytes, rate, bw, a.num_layers, launch))
+        return ops
+
+    # ---- the two public questions ------------------------------------------------------
+
+    def cost(self, b: BatchShape) -> StepCost:
+        """Full per-operator breakdown of one step."""
+        ops = self.token_ops(b.tokens)
+        ops[1:1] = self.attention_ops(b)
+        ops.extend(self.head_ops(b.sampled_rows))
+        compute = sum(o.core_s for o in ops if o.bound == "compute")
+        memory = sum(o.core_s for o in ops if o.bound == "memory")
+        comm = sum(o.time_s for o in ops if o.bound == "communication")
+        overhead = sum(o.launch_s for o in ops)
+        return StepCost(
+            compute + memory + comm + overhead, tuple(ops), compute, memory, comm, overhead
+        )
+
+    def time_s(self, b: BatchShape) -> float:
+        """Same total as cost(b).step_time_s, memoizing the token-count-only parts."""
+        tokens, rows = b.tokens, b.sampled_rows
+        t = self._token_cache.get(tokens)
+        if t is None:
+            t = self._token_cache[tokens] = _sum_time(self.token_ops(tokens))
+        h = self._head_cache.get(rows)
+        if h is None:
+            h = self._head_cache[rows] = _sum_time(self.head_ops(rows))
+        return t + h + _sum_time(self.attention_ops(b))

@@ -1,0 +1,148 @@
+"""The teaching view: one step of one model on one GPU, operator by operator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.architecture import Architecture, load_architecture
+from simulator.cost import (
+    BatchShape,
+    Formats,
+    MemoryBudget,
+    ParallelLayout,
+    StepCost,
+    StepModel,
+    memory_budget,
+    prefill_pairs,
+    require_fit,
+)
+from simulator.hardware import Hardware, load_hardware
+from simulator.units import duration, si, table
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    arch: Architecture
+    hw: Hardware
+    model: StepModel
+    batch: BatchShape
+    step: StepCost
+    memory: MemoryBudget
+
+    def sentence(self) -> str:
+        s = self.step
+        share = {
+            "compute": s.compute_s,
+            "memory": s.memory_s,
+            "communication": s.communication_s,
+            "overhead": s.overhead_s,
+        }[s.bound] / s.step_time_s
+        top = max(s.ops, key=lambda o: o.time_s)
+        what = {
+            "compute": "tensor-core throughput",
+            "memory": "HBM bandwidth (streaming weights and KV cache)",
+            "communication": "communication between GPUs",
+            "overhead": "fixed per-kernel launch costs",
+        }[s.bound]
+        return (
+            f"This step is bound by {what}: {share:.0%} of its {duration(s.step_time_s)}; "
+            f"the largest operator is {top.op} ({top.time_s / s.step_time_s:.0%})."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step_time_s": self.step.step_time_s,
+            "bound": self.step.bound,
+            "totals": {
+                "compute_s": self.step.compute_s,
+                "memory_s": self.step.memory_s,
+                "communication_s": self.step.communication_s,
+                "overhead_s": self.step.overhead_s,
+            },
+            "ridge_flops_per_byte": self.model.ridge_flops_per_byte,
+            "breakdown": [
+                {
+                    "op": o.op,
+                    "flops": o.flops,
+                    "bytes": o.bytes,
+                    "time_s": o.time_s,
+                    "bound": o.bound,
+                    "arithmetic_intensity": o.arithmetic_intensity if o.bytes else None,
+                }
+                for o in self.step.ops
+            ],
+            "memory": {
+                "weights_bytes_per_gpu": self.memory.weights_bytes_per_gpu,
+                "activation_bytes_per_gpu": self.memory.activation_bytes_per_gpu,
+                "kv_bytes_per_token_per_gpu": self.memory.kv_bytes_per_token_per_gpu,
+                "kv_capacity_tokens": self.memory.kv_capacity_tokens,
+                "kv_heads_replicated": self.memory.kv_heads_replicated,
+            },
+        }
+
+    def to_text(self) -> str:
+        ridge = self.model.ridge_flops_per_byte
+        rows = []
+        for o in self.step.ops:
+            ai = o.arithmetic_intensity
+            ai_txt = "-" if o.bound == "communication" or not o.bytes else f"{ai:.3g}"
+            rows.append(
+                [o.op, si(o.flops, "FLOP"), si(o.bytes, "B"), duration(o.time_s), o.bound, ai_txt]
+            )
+        f, lay, m = self.model.formats, self.model.layout, self.memory
+        head = (
+            f"{self.arch.name} on {self.hw.name}: tp={lay.tensor_parallel} pp={lay.pipeline_parallel} "
+            f"attention_dp={lay.attention_data_parallel} ep={lay.expert_parallel}; "
+            f"weights {f.weights}, activations {f.activations}, kv {f.kv_cache} "
+            f"(GEMMs run at {self.model.gemm_format})\n"
+            f"batch: {self.batch.decode_seqs} decode seqs, "
+            f"{self.batch.decode_context_tokens} context tokens, "
+            f"{self.batch.prefill_tokens} prefill tokens"
+        )
+        ops = table(["op", "FLOPs", "bytes", "time", "bound", "FLOP/B"], rows)
+        s = self.step
+        totals = (
+            f"step {duration(s.step_time_s)} = compute {duration(s.compute_s)} + memory "
+            f"{duration(s.memory_s)} + communication {duration(s.communication_s)} + "
+            f"launch overhead {duration(s.overhead_s)}; ridge point {ridge:.0f} FLOP/B "
+            f"(ops above it are compute-bound)"
+        )
+        rep = " (KV heads replicated: fewer KV heads than TP ranks)" if m.kv_heads_replicated else ""
+        mem = (
+            f"memory per GPU: weights {m.weights_bytes_per_gpu / 1e9:.2f} GB, activations "
+            f"{m.activation_bytes_per_gpu / 1e9:.2f} GB, KV cache {m.kv_bytes_per_gpu / 1e9:.2f} GB "
+            f"of {m.usable_bytes_per_gpu / 1e9:.1f} GB usable; "
+            f"{m.kv_bytes_per_token_per_gpu / 1e3:.1f} kB KV per token per GPU{rep}; "
+            f"KV capacity {m.kv_capacity_tokens:,} tokens"
+        )
+        return "\n".join([head, "", ops, "", totals, mem, self.sentence()])
+
+
+def explain(
+    model: str,
+    gpu: str,
+    layout: ParallelLayout,
+    formats: Formats,
+    decode_batch: int = 1,
+    context: int = 1024,
+    prefill_tokens: int = 0,
+    gpu_memory_utilization: float = 0.9,
+) -> Explanation:
+    """Cost one step of `decode_batch` sequences at `context` tokens plus an optional prefill."""
+    arch = load_architecture(model)
+    hw = load_hardware(gpu)
+    step_model = StepModel(arch, hw, layout, formats)
+    budget = memory_budget(arch, hw, layout, formats, gpu_memory_utilization)
+    require_fit(arch, hw, layout, formats, budget)
+    batch = BatchShape(
+        prefill_tokens=prefill_tokens,
+        prefill_seqs=1 if prefill_tokens else 0,
+        prefill_attention_pairs=prefill_pairs(prefill_tokens, 0),
+        prefill_sampled_seqs=1 if prefill_tokens else 0,
+        decode_seqs=decode_batch,
+        decode_context_tokens=decode_batch * context,
+    )
+    if batch.tokens == 0:
+        raise ValueError("the step is empty: give --decode-batch >= 1 or --prefill-tokens >= 1")
+    return Explanation(arch, hw, step_model, batch, step_model.cost(batch), budget)

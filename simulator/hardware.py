@@ -1,0 +1,223 @@
+"""GPU hardware profiles: strict schema over hardware_profiles/*.yaml, converted to SI once.
+
+Datasheet peaks and measured efficiency factors are separate blocks so a reader sees what is
+published and what is calibration. No hardware number lives in Python code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.errors import InputError, format_validation_error
+
+Positive = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0, le=1.2)]
+# Tensor-core formats a chip may list; weight-only formats (int4) never run on tensor cores.
+TensorFormat = Literal["fp64", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComputeSpec(_Strict):
+    dense_tflops: dict[TensorFormat, Positive]  # dense (not 2:4 sparse) tensor-core peaks
+    sm_count: Annotated[int, Field(gt=0)]
+    source: str
+
+
+class MemorySpec(_Strict):
+    hbm_gb: Positive  # decimal GB, as datasheets print it
+    hbm_tb_per_s: Positive
+    l2_mb: Positive
+    source: str
+
+
+class ScaleUpSpec(_Strict):
+    interconnect: str  # e.g. "NVLink 4"
+    gb_per_s_per_direction: Positive  # per GPU, one direction
+    domain_size: Annotated[int, Field(gt=0)]  # GPUs that share the NVLink domain
+    source: str
+
+
+class ScaleOutSpec(_Strict):
+    gbit_per_s_per_gpu: Positive  # NIC line rate per GPU
+    source: str
+
+
+class PowerSpec(_Strict):
+    board_w: Positive
+    source: str
+
+
+class PriceSpec(_Strict):
+    usd_per_gpu_hour: Positive
+    source: str
+
+
+class EfficiencySpec(_Strict):
+    """Measured fractions of peak and fixed costs; each says in the YAML where it came from."""
+
+    gemm_compute_fraction: Fraction  # large, well-shaped GEMM, fraction of dense peak
+    hbm_bandwidth_fraction: Fraction  # streaming reads, fraction of datasheet HBM bandwidth
+    attention_compute_fraction: Fraction  # prefill attention kernels, fraction of bf16 peak
+    attention_hbm_fraction: Fraction  # decode attention KV streaming, fraction of HBM peak
+    kernel_launch_overhead_us: Annotated[float, Field(ge=0)]  # per kernel, inside a CUDA graph
+    allreduce_latency_us: Annotated[float, Field(ge=0)]  # small-message all-reduce (scale-up)
+    allreduce_bus_gb_per_s: Positive  # achievable bus bandwidth at serving message sizes
+    alltoall_latency_us: Annotated[float, Field(ge=0)]
+    alltoall_gb_per_s: Positive  # achievable per-GPU all-to-all bandwidth over scale-up
+    scale_out_latency_us: Annotated[float, Field(ge=0)]
+    scale_out_fraction: Fraction  # achievable fraction of NIC line rate
+    source: str
+
+
+class HardwareFile(_Strict):
+    schema_version: Literal[1] = 1
+    name: str
+    description: str
+    architecture: Literal["ampere", "hopper", "blackwell", "cdna3"]
+    compute: ComputeSpec
+    memory: MemorySpec
+    scale_up: ScaleUpSpec
+    scale_out: ScaleOutSpec
+    power: PowerSpec
+    price: PriceSpec | None = None
+    efficiency: EfficiencySpec
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """One GPU in SI units: what cost/ functions read."""
+
+    name: str
+    description: str
+    architecture: str
+    dense_flops_per_s: dict[str, float]  # tensor format -> FLOP/s
+    sm_count: int
+    hbm_bytes: float
+    hbm_bytes_per_s: float
+    l2_bytes: float
+    scale_up_bytes_per_s: float  # per GPU per direction
+    scale_up_domain_size: int
+    scale_out_bytes_per_s: float  # per GPU
+    board_power_w: float
+    usd_per_gpu_hour: float | None
+    gemm_compute_fraction: float
+    hbm_bandwidth_fraction: float
+    attention_compute_fraction: float
+    attention_hbm_fraction: float
+    kernel_launch_overhead_s: float
+    allreduce_latency_s: float
+    allreduce_bus_bytes_per_s: float
+    alltoall_latency_s: float
+    alltoall_bytes_per_s: float
+    scale_out_latency_s: float
+    scale_out_fraction: float
+
+    def supports(self, tensor_format: str) -> bool:
+        return tensor_format in self.dense_flops_per_s
+
+
+def _to_hardware(f: HardwareFile) -> Hardware:
+    e = f.efficiency
+    return Hardware(
+        name=f.name,
+        description=f.description,
+        architecture=f.architecture,
+        dense_flops_per_s={k: v * 1e12 for k, v in f.compute.dense_tflops.items()},
+        sm_count=f.compute.sm_count,
+        hbm_bytes=f.memory.hbm_gb * 1e9,
+        hbm_bytes_per_s=f.memory.hbm_tb_per_s * 1e12,
+        l2_bytes=f.memory.l2_mb * 1e6,
+        scale_up_bytes_per_s=f.scale_up.gb_per_s_per_direction * 1e9,
+        scale_up_domain_size=f.scale_up.domain_size,
+        scale_out_bytes_per_s=f.scale_out.gbit_per_s_per_gpu * 1e9 / 8,
+        board_power_w=f.power.board_w,
+        usd_per_gpu_hour=None if f.price is None else f.price.usd_per_gpu_hour,
+        gemm_compute_fraction=e.gemm_compute_fraction,
+        hbm_bandwidth_fraction=e.hbm_bandwidth_fraction,
+        attention_compute_fraction=e.attention_compute_fraction,
+        attention_hbm_fraction=e.attention_hbm_fraction,
+        kernel_launch_overhead_s=e.kernel_launch_overhead_us * 1e-6,
+        allreduce_latency_s=e.allreduce_latency_us * 1e-6,
+        allreduce_bus_bytes_per_s=e.allreduce_bus_gb_per_s * 1e9,
+        alltoall_latency_s=e.alltoall_latency_us * 1e-6,
+        alltoall_bytes_per_s=e.alltoall_gb_per_s * 1e9,
+        scale_out_latency_s=e.scale_out_latency_us * 1e-6,
+        scale_out_fraction=e.scale_out_fraction,
+    )
+
+
+def _checkout_dir() -> Path | None:
+    here = Path(__file__).resolve().parent.parent / "hardware_profiles"
+    return here if here.is_dir() else None
+
+
+def profile_dirs(extra: list[Path] | None = None) -> list[Path]:
+    """Folders searched for profiles, later ones overriding earlier: shipped, env var, flag."""
+    dirs: list[Path] = []
+    checkout = _checkout_dir()
+    if checkout is not None:
+        dirs.append(checkout)
+    else:
+        shipped = resources.files("simulator") / "_shipped" / "hardware_profiles"
+        dirs.append(Path(str(shipped)))
+    for part in os.environ.get("FRONTIER_HARDWARE_PATH", "").split(os.pathsep):
+        if part:
+            dirs.append(Path(part))
+    dirs.extend(extra or [])
+    return dirs
+
+
+def profile_paths(extra: list[Path] | None = None) -> dict[str, Path]:
+    """Profile name -> YAML path over all search folders."""
+    found: dict[str, Path] = {}
+    for d in profile_dirs(extra):
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                found[p.stem] = p
+    return found
+
+
+def load_profile_file(path: Path) -> Hardware:
+    """Parse and validate one profile YAML."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: top level must be a mapping of profile keys")
+    try:
+        parsed = HardwareFile.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(str(path), exc)) from None
+    if parsed.name != path.stem:
+        raise InputError(f"{path}: name {parsed.name!r} must equal the file stem {path.stem!r}")
+    return _to_hardware(parsed)
+
+
+_CACHE: dict[tuple[str, str], Hardware] = {}
+
+
+def load_hardware(name: str, extra: list[Path] | None = None) -> Hardware:
+    """A profile by name (file stem), from the shipped folder or the user's own."""
+    paths = profile_paths(extra)
+    path = paths.get(name)
+    if path is None:
+        from difflib import get_close_matches
+
+        near = get_close_matches(name, list(paths), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise InputError(f"unknown GPU {name!r}{hint} (valid: {', '.join(sorted(paths))})")
+    key = (name, str(path))
+    if key not in _CACHE:
+        _CACHE[key] = load_profile_file(path)
+    return _CACHE[key]
