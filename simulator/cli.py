@@ -177,6 +177,98 @@ def models_list(as_json: bool) -> None:
     click.echo(table(["model", "params", "active", "layers", "hidden", "attention q/kv", "top-k/experts"], rows))
 
 
+def _summary_text(result: Any, name: str) -> str:
+    d = result.to_dict()
+
+    def ms(block: dict[str, float | None], key: str) -> str:
+        v = block[key]
+        return "-" if v is None else f"{v * 1e3:.1f}"
+
+    rows = []
+    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"),
+                       ("E2E", "e2e_s"), ("queue", "queue_s")):
+        b = d[key]
+        rows.append([label, ms(b, "mean"), ms(b, "p50"), ms(b, "p90"), ms(b, "p99")])
+    lines = [
+        f"{name}: {d['status']}, {d['requests_completed']} completed, "
+        f"{d['requests_dropped']} dropped, {d['preemptions']} preemptions, "
+        f"{d['duration_s']:.1f} s simulated on {d['num_gpus']} GPU(s)",
+        f"throughput: {d['output_tokens_per_s']:.0f} output tok/s "
+        f"({d['output_tokens_per_s_per_gpu']:.0f} per GPU), {d['input_tokens_per_s']:.0f} input "
+        f"tok/s, {d['requests_per_s']:.2f} req/s",
+        "",
+        table(["latency (ms)", "mean", "p50", "p90", "p99"], rows),
+    ]
+    pu = d["output_tokens_per_s_per_user"]
+    if pu["p50"] is not None:
+        lines.append(f"\nper user: {pu['p50']:.1f} tok/s (p50), {pu['p90']:.1f} (p90)")
+    if d["slo_attainment"] is not None:
+        lines.append(
+            f"SLO: {d['slo_attainment']:.1%} of requests met every target; goodput "
+            f"{d['goodput_requests_per_s']:.2f} req/s"
+        )
+    for reason, count in result.drop_reasons().items():
+        lines.append(f"dropped {count}: {reason}")
+    lines.extend(f"warning: {w}" for w in d["warnings"])
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Override any scenario key, typed through the schema (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
+@click.option("--requests-csv", type=click.Path(dir_okay=False, writable=True),
+              help="Write one row per request (times, lengths, preemptions, drop reason).")
+@click.option("--timeseries", type=click.Path(dir_okay=False, writable=True),
+              help="Write one row per engine step (batch, queue, KV use, step time by kind).")
+@click.option("--check", is_flag=True, help="Check the simulation's invariants every step.")
+@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows instead of refusing.")
+def simulate(
+    scenario: str,
+    overrides: tuple[str, ...],
+    as_json: bool,
+    requests_csv: str | None,
+    timeseries: str | None,
+    check: bool,
+    skip_bad_rows: bool,
+) -> None:
+    """Simulate SCENARIO.yaml and print its latency and throughput summary."""
+    import numpy as np
+
+    import simulator
+    from simulator.serving.simulation import TIMESERIES_COLUMNS
+
+    loaded = simulator.load_scenario(scenario, overrides)
+    result = simulator.simulate(
+        loaded, timeseries=timeseries is not None, check=check, skip_bad_rows=skip_bad_rows
+    )
+    if requests_csv:
+        recs = result.requests
+        np.savetxt(requests_csv, np.column_stack([recs[n] for n in recs.dtype.names or ()]),
+                   delimiter=",", header=",".join(recs.dtype.names or ()), comments="", fmt="%.9g")
+    if timeseries and result.timeseries is not None:
+        np.savetxt(timeseries, result.timeseries, delimiter=",",
+                   header=",".join(TIMESERIES_COLUMNS), comments="", fmt="%.9g")
+    if as_json:
+        _dump(result.to_dict())
+    else:
+        click.echo(_summary_text(result, loaded.scenario.name or scenario))
+
+
+@cli.command()
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=10_000,
+              show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--step-evals", type=click.IntRange(min=1), default=200_000, show_default=True)
+def bench(num_requests: int, repeat: int, step_evals: int) -> None:
+    """Benchmark the simulator itself: step-cost evaluations/s and requests simulated/s."""
+    from simulator.bench import run_bench
+
+    for line in run_bench(num_requests, repeat, step_evals):
+        click.echo(line)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every user error becomes one line on stderr and exit status 2."""
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from simulator.architecture import Architecture
 from simulator.cost.attention import attention_dims, windowed
@@ -308,53 +309,80 @@ class StepModel:
 
     # ---- operators that depend on the batch's contexts ---------------------------------
 
-    def attention_ops(self, b: BatchShape) -> list[OpCost]:
-        a, lay = self.arch, self.layout
-        tp, dp = lay.tensor_parallel, lay.attention_data_parallel
+    @cached_property
+    def _attn_consts(self) -> tuple[float, float, float, float, float, float, int, int, float]:
+        """Per-step constants of attention: (prefill FLOPs per pair, decode FLOPs per pair,
+        KV bytes per token per layer, Q/O bytes per prefill token per layer, rate, bandwidth,
+        full layers, sliding layers, launch)."""
+        a, tp = self.arch, self.layout.tensor_parallel
         heads = a.num_attention_heads // tp
         dims = attention_dims(a)
-        kv_tok_layer = (
+        kv_elems = (
             a.kv_elements_per_token_per_layer()
             if a.mla is not None
             else 2 * _kv_heads_per_gpu(a, tp) * a.head_dim
-        ) * get_format(self.formats.kv_cache).bytes_per_element
-        rate = self.attention_flops_per_s
-        bw = self.hw.hbm_bytes_per_s * self.hw.attention_hbm_fraction
-        launch = self.hw.kernel_launch_overhead_s
-        n_sw = a.num_sliding_layers
-        n_full = a.num_layers - n_sw
-        ops: list[OpCost] = []
+        )
+        kv_tok_layer = kv_elems * get_format(self.formats.kv_cache).bytes_per_element
+        return (
+            2.0 * heads * (dims.prefill_qk + dims.prefill_v),
+            2.0 * heads * (dims.decode_qk + dims.decode_v),
+            kv_tok_layer,
+            heads * (dims.prefill_qk + dims.prefill_v) * BF16_BYTES,
+            self.attention_flops_per_s,
+            self.hw.hbm_bytes_per_s * self.hw.attention_hbm_fraction,
+            a.num_layers - a.num_sliding_layers,
+            a.num_sliding_layers,
+            self.hw.kernel_launch_overhead_s * a.num_layers,
+        )
+
+    def _attention_terms(
+        self, b: BatchShape
+    ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+        """(FLOPs, bytes) of prefill and of decode attention over all layers, per GPU."""
+        per_pair_p, per_pair_d, kv_tok, qo_tok, _, _, n_full, n_sw, _ = self._attn_consts
+        dp = self.layout.attention_data_parallel
+        window = self.arch.sliding_window
+        prefill = decode = None
         if b.prefill_tokens > 0:
             pairs = b.prefill_attention_pairs / dp
-            pairs_sw = windowed(pairs, b.prefill_tokens / dp, a.sliding_window)
-            per_pair = 2.0 * heads * (dims.prefill_qk + dims.prefill_v)
-            flops = per_pair * (n_full * pairs + n_sw * pairs_sw)
             kv_tokens = (b.prefill_context_tokens + b.prefill_tokens) / dp
-            kv_tokens_sw = windowed(
-                kv_tokens, b.prefill_seqs / dp + b.prefill_tokens / dp, a.sliding_window
-            )
-            q_o_bytes = (
-                2
-                * b.prefill_tokens
-                / dp
-                * heads
-                * (dims.prefill_qk + dims.prefill_v)
-                / 2
-                * BF16_BYTES
-            )
-            nbytes = (
-                kv_tok_layer * (n_full * kv_tokens + n_sw * kv_tokens_sw) + a.num_layers * q_o_bytes
-            )
-            ops.append(roofline("attention_prefill", flops, nbytes, rate, bw, a.num_layers, launch))
+            if n_sw:
+                pairs_sw = windowed(pairs, b.prefill_tokens / dp, window)
+                kv_sw = windowed(kv_tokens, (b.prefill_seqs + b.prefill_tokens) / dp, window)
+            else:
+                pairs_sw = kv_sw = 0.0
+            flops = per_pair_p * (n_full * pairs + n_sw * pairs_sw)
+            nbytes = kv_tok * (n_full * kv_tokens + n_sw * kv_sw)
+            nbytes += (n_full + n_sw) * qo_tok * b.prefill_tokens / dp
+            prefill = (flops, nbytes)
         if b.decode_seqs > 0:
             q_per_seq = 1 + b.speculative_tokens_per_seq
             ctx = (b.decode_context_tokens + b.decode_seqs * q_per_seq) / dp
-            ctx_sw = windowed(ctx, b.decode_seqs / dp, a.sliding_window)
-            per_pair = 2.0 * heads * (dims.decode_qk + dims.decode_v) * q_per_seq
-            flops = per_pair * (n_full * ctx + n_sw * ctx_sw)
-            nbytes = kv_tok_layer * (n_full * ctx + n_sw * ctx_sw)
-            ops.append(roofline("attention_decode", flops, nbytes, rate, bw, a.num_layers, launch))
+            ctx_sw = windowed(ctx, b.decode_seqs / dp, window) if n_sw else 0.0
+            work = n_full * ctx + n_sw * ctx_sw
+            decode = (per_pair_d * q_per_seq * work, kv_tok * work)
+        return prefill, decode
+
+    def attention_ops(self, b: BatchShape) -> list[OpCost]:
+        """Attention rows: compute at the attention kernels' rate, KV at their bandwidth."""
+        *_, rate, bw, _, _, _ = self._attn_consts
+        layers, launch = self.arch.num_layers, self.hw.kernel_launch_overhead_s
+        ops: list[OpCost] = []
+        for name, terms in zip(
+            ("attention_prefill", "attention_decode"), self._attention_terms(b), strict=True
+        ):
+            if terms is not None:
+                ops.append(roofline(name, terms[0], terms[1], rate, bw, layers, launch))
         return ops
+
+    def _attention_time_s(self, b: BatchShape) -> float:
+        """sum(op.time_s for op in attention_ops(b)) without building rows (the hot path)."""
+        *_, rate, bw, _, _, launch_all = self._attn_consts
+        t = 0.0
+        for terms in self._attention_terms(b):
+            if terms is not None:
+                t += max(terms[0] / rate, terms[1] / bw) + launch_all
+        return t
 
     # ---- the two public questions ------------------------------------------------------
 
@@ -380,4 +408,4 @@ class StepModel:
         h = self._head_cache.get(rows)
         if h is None:
             h = self._head_cache[rows] = _sum_time(self.head_ops(rows))
-        return t + h + _sum_time(self.attention_ops(b))
+        return t + h + self._attention_time_s(b)

@@ -1,0 +1,126 @@
+"""The public Python API that the CLI, notebooks and sweeps share.
+
+    import simulator
+    s = simulator.load_scenario("scenarios/chat-llama-3.1-8b-h100.yaml")
+    r = simulator.simulate(s)
+    print(r.to_dict()["output_tokens_per_s"], r.requests["first_token_s"][:5])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.metrics import DROP_REASONS, SLOTargets, summarize
+from simulator.scenario import Scenario, load_scenario_file
+from simulator.serving.simulation import (
+    TIMESERIES_COLUMNS,
+    CheckHook,
+    Engine,
+    build_engine,
+    run,
+)
+from simulator.serving.workload import build_stream
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    """A validated scenario and the folder its relative paths resolve against."""
+
+    scenario: Scenario
+    base_dir: Path | None
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one simulation produced: the summary (DESIGN.md keys) and per-request records."""
+
+    summary: dict[str, Any]
+    requests: npt.NDArray[Any]  # structured array, one row per request (metrics.RECORD_DTYPE)
+    status: str  # completed | time_limit | queue_limit
+    preemptions: int
+    kv_capacity_tokens: int
+    warnings: list[str] = field(default_factory=list)
+    timeseries: npt.NDArray[np.float64] | None = None  # rows of TIMESERIES_COLUMNS
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result JSON: DESIGN.md keys, then run status and engine facts."""
+        out = dict(self.summary)
+        out["status"] = self.status
+        out["preemptions"] = self.preemptions
+        out["kv_capacity_tokens"] = self.kv_capacity_tokens
+        out["warnings"] = list(self.warnings)
+        return out
+
+    def drop_reasons(self) -> dict[str, int]:
+        codes, counts = np.unique(self.requests["drop_reason"], return_counts=True)
+        return {DROP_REASONS[c]: int(k) for c, k in zip(codes, counts, strict=True) if c}
+
+
+def load_scenario(
+    path_or_dict: str | Path | Mapping[str, Any] | LoadedScenario,
+    overrides: Sequence[str] = (),
+) -> LoadedScenario:
+    """Read and validate a scenario (file path or dict), applying `key.path=value` overrides,
+    and check that its deployment can run (model loads, layout splits, weights fit)."""
+    if isinstance(path_or_dict, LoadedScenario):
+        return path_or_dict
+    scenario, base_dir = load_scenario_file(path_or_dict, overrides)
+    build_engine(scenario, base_dir)
+    return LoadedScenario(scenario, base_dir)
+
+
+def simulate(
+    scenario: LoadedScenario | Scenario | str | Path | Mapping[str, Any],
+    *,
+    timeseries: bool = False,
+    check: bool | CheckHook = False,
+    skip_bad_rows: bool = False,
+) -> Result:
+    """Run one scenario to completion (or to its limits) and summarize it."""
+    if isinstance(scenario, Scenario):
+        loaded = LoadedScenario(scenario, None)
+    else:
+        loaded = load_scenario(scenario)
+    s, base_dir = loaded.scenario, loaded.base_dir
+    engine = build_engine(s, base_dir)
+    stream, warnings = build_stream(s, base_dir, skip_bad_rows)
+    hook: CheckHook | None
+    if check is True:
+        from simulator.invariants import InvariantChecker
+
+        hook = InvariantChecker(engine)
+    else:
+        hook = check or None
+    out = run(s, engine, stream, timeseries=timeseries, check=hook)
+    if hook is not None and hasattr(hook, "finish"):
+        hook.finish(out)
+    slo = None
+    if s.slo is not None:
+        slo = SLOTargets(s.slo.ttft_p99_s, s.slo.tpot_p99_s, s.slo.e2e_p99_s)
+    dur = np.frombuffer(out.step_log.duration_s, dtype=np.float64)
+    weights = np.frombuffer(out.step_log.decode_tokens, dtype=np.int64).astype(np.float64)
+    gaps = np.asarray(out.resume_gaps_s, dtype=np.float64)
+    itl_values = np.concatenate([dur, gaps])
+    itl_weights = np.concatenate([weights, np.ones_like(gaps)])
+    summary = summarize(out.records, itl_values, itl_weights, s.num_gpus, slo)
+    if out.status != "completed":
+        warnings.append(
+            f"run stopped early ({out.status}) at t={out.end_s:.1f} s: the load exceeds what "
+            f"the deployment can serve; results cover finished requests only"
+        )
+    ts = None
+    if timeseries:
+        ts = np.asarray(out.step_log.rows, dtype=np.float64).reshape(-1, len(TIMESERIES_COLUMNS))
+    return Result(
+        summary, out.records, out.status, out.preemptions, engine.memory.kv_capacity_tokens,
+        warnings, ts,
+    )
+
+
+__all__ = ["Engine", "LoadedScenario", "Result", "load_scenario", "simulate"]

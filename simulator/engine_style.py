@@ -1,0 +1,64 @@
+"""Software style of a serving engine (vLLM, SGLang, TensorRT-LLM): host-side cost per step.
+
+Real engines spend CPU time every step (scheduling, input preparation, output processing).
+Engines that overlap it with the GPU's previous step expose only the part that is longer than
+the GPU step. The figures live in engine_styles.yaml with their sources, not in code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from simulator.errors import InputError, format_validation_error
+
+STYLES_PATH = Path(__file__).parent / "engine_styles.yaml"
+
+
+class _StyleFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str
+    cpu_step_us: Annotated[float, Field(ge=0)]  # fixed host time per engine step
+    cpu_per_seq_us: Annotated[float, Field(ge=0)]  # host time per scheduled sequence per step
+    overlap_cpu_with_gpu: bool  # async/overlap scheduler: host work hides under the GPU step
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStyle:
+    name: str
+    cpu_step_s: float
+    cpu_per_seq_s: float
+    overlap_cpu_with_gpu: bool
+
+    def host_time_s(self, num_seqs: int) -> float:
+        return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
+
+    def step_time_s(self, gpu_time_s: float, num_seqs: int) -> float:
+        """Wall time of a step: host and GPU in series, or overlapped (the longer one wins)."""
+        host = self.host_time_s(num_seqs)
+        return max(gpu_time_s, host) if self.overlap_cpu_with_gpu else gpu_time_s + host
+
+
+def load_engine_styles(path: Path = STYLES_PATH) -> dict[str, EngineStyle]:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"{path}: cannot read YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: top level must map style names to their settings")
+    styles: dict[str, EngineStyle] = {}
+    for name, body in raw.items():
+        try:
+            f = _StyleFile.model_validate(body)
+        except ValidationError as exc:
+            raise InputError(format_validation_error(f"{path}: {name}", exc)) from None
+        styles[str(name)] = EngineStyle(
+            str(name), f.cpu_step_us * 1e-6, f.cpu_per_seq_us * 1e-6, f.overlap_cpu_with_gpu
+        )
+    return styles

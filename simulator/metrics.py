@@ -1,0 +1,135 @@
+"""Request records -> latency and throughput summaries with the public keys of DESIGN.md.
+
+Definitions follow `vllm bench serve`: TTFT from arrival to first token; TPOT =
+(e2e - ttft) / (output tokens - 1) over requests with more than one output token; ITL = every
+gap between consecutive output tokens; tokens/s per user = 1 / TPOT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+DROP_REASONS = (
+    "",
+    "exceeds KV cache capacity",
+    "exceeds max context length",
+    "prompt exceeds max_num_batched_tokens without chunked prefill",
+)
+
+RECORD_DTYPE = np.dtype(
+    [
+        ("arrival_s", "f8"),
+        ("scheduled_s", "f8"),
+        ("first_token_s", "f8"),
+        ("finish_s", "f8"),
+        ("input_tokens", "i8"),
+        ("output_tokens", "i8"),
+        ("preemptions", "i4"),
+        ("replica", "i4"),
+        ("drop_reason", "i1"),  # index into DROP_REASONS; 0 = not dropped
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SLOTargets:
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    e2e_p99_s: float | None = None
+
+
+def percentiles(values: FloatArray) -> dict[str, float | None]:
+    """{mean, p50, p90, p99} with numpy's linear interpolation, as vllm bench serve does."""
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def weighted_percentiles(values: FloatArray, weights: FloatArray) -> dict[str, float | None]:
+    """Percentiles of `values` each repeated `weights` times (inverted CDF), without repeating."""
+    keep = weights > 0
+    values, weights = values[keep], weights[keep]
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w)
+    total = cum[-1]
+    out: dict[str, float | None] = {"mean": float(np.dot(v, w) / total)}
+    for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+        idx = int(np.searchsorted(cum, q * total, side="left"))
+        out[name] = float(v[min(idx, v.size - 1)])
+    return out
+
+
+def summarize(
+    records: npt.NDArray[Any],
+    itl_values_s: FloatArray,
+    itl_weights: FloatArray,
+    num_gpus: int,
+    slo: SLOTargets | None,
+) -> dict[str, Any]:
+    """The result keys of DESIGN.md from per-request records and the ITL sample set."""
+    done = records[(records["drop_reason"] == 0) & np.isfinite(records["finish_s"])]
+    dropped = int(np.count_nonzero(records["drop_reason"] != 0))
+    if done.size:
+        start = float(np.min(records["arrival_s"][np.isfinite(records["arrival_s"])]))
+        duration = float(np.max(done["finish_s"])) - start
+    else:
+        duration = 0.0
+    out_tokens = float(done["output_tokens"].sum())
+    in_tokens = float(done["input_tokens"].sum())
+    ttft = done["first_token_s"] - done["arrival_s"]
+    e2e = done["finish_s"] - done["arrival_s"]
+    queue = done["scheduled_s"] - done["arrival_s"]
+    multi = done["output_tokens"] > 1
+    tpot = (e2e[multi] - ttft[multi]) / (done["output_tokens"][multi] - 1)
+    with np.errstate(divide="ignore"):
+        per_user = np.where(tpot > 0, 1.0 / np.where(tpot > 0, tpot, 1.0), math.inf)
+    per_user = per_user[np.isfinite(per_user)]
+
+    def rate(x: float) -> float:
+        return x / duration if duration > 0 else 0.0
+
+    result: dict[str, Any] = {
+        "requests_completed": int(done.size),
+        "requests_dropped": dropped,
+        "duration_s": duration,
+        "num_gpus": num_gpus,
+        "output_tokens_per_s": rate(out_tokens),
+        "output_tokens_per_s_per_gpu": rate(out_tokens) / num_gpus,
+        "input_tokens_per_s": rate(in_tokens),
+        "requests_per_s": rate(float(done.size)),
+        "ttft_s": percentiles(ttft),
+        "tpot_s": percentiles(tpot),
+        "itl_s": weighted_percentiles(itl_values_s, itl_weights),
+        "e2e_s": percentiles(e2e),
+        "queue_s": percentiles(queue),
+        "output_tokens_per_s_per_user": percentiles(per_user),
+        "goodput_requests_per_s": None,
+        "slo_attainment": None,
+    }
+    if slo is not None:
+        # A request is good when it meets every per-request target the SLO names (the p99
+        # targets bound each request; the attainment says what fraction did).
+        ok = np.ones(done.size, dtype=bool)
+        if slo.ttft_p99_s is not None:
+            ok &= ttft <= slo.ttft_p99_s
+        if slo.tpot_p99_s is not None:
+            tpot_all = np.zeros(done.size)
+            tpot_all[multi] = tpot
+            ok &= tpot_all <= slo.tpot_p99_s
+        if slo.e2e_p99_s is not None:
+            ok &= e2e <= slo.e2e_p99_s
+        total = done.size + dropped
+        result["goodput_requests_per_s"] = rate(float(np.count_nonzero(ok)))
+        result["slo_attainment"] = float(np.count_nonzero(ok)) / total if total else 0.0
+    return result

@@ -1,0 +1,1 @@
+"""Serving simulation: request streams, scheduler, KV cache, replicas and routers."""

@@ -1,0 +1,112 @@
+"""One engine replica as a SimPy process: plan a step, spend its time, commit its results."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from simulator.cost.step import StepModel
+from simulator.engine_style import EngineStyle
+from simulator.serving.request import Request
+from simulator.serving.scheduler import Scheduler, SchedulerConfig
+
+
+class StepLog:
+    """Per-step records kept compactly (typed arrays): the source of ITL and the time series."""
+
+    def __init__(self, detailed: bool) -> None:
+        self.end_s = array("d")
+        self.duration_s = array("d")
+        self.decode_tokens = array("q")  # tokens emitted by requests that had already emitted one
+        self.detailed = detailed
+        self.rows: list[tuple[float, ...]] = []  # time series, only when asked
+
+
+class Replica:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        cfg: SchedulerConfig,
+        model: StepModel,
+        style: EngineStyle,
+        on_finish: Callable[[Request], None],
+        log: StepLog,
+        check: Callable[[Replica, Any, float], None] | None = None,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.sched = Scheduler(cfg)
+        self.model = model
+        self.style = style
+        self.on_finish = on_finish
+        self.log = log
+        self.check = check
+        self.assigned = 0
+        self.finished = 0
+        self._wakeup: simpy.Event | None = None
+        self.busy_s = 0.0
+        env.process(self._run())
+
+    @property
+    def outstanding_requests(self) -> int:
+        return self.assigned - self.finished
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return self.sched.outstanding_tokens
+
+    def submit(self, r: Request) -> None:
+        r.replica = self.index
+        self.assigned += 1
+        self.sched.add(r)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _run(self) -> Any:
+        env, sched, log = self.env, self.sched, self.log
+        time_s = self.model.time_s
+        step_time_s = self.style.step_time_s
+        while True:
+            planned = sched.plan(env.now) if sched.has_work else None
+            if planned is None:
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            gpu_s = time_s(planned.batch)
+            dt = step_time_s(gpu_s, planned.num_seqs)
+            if self.check is not None:
+                self.check(self, planned, dt)
+            yield env.timeout(dt)
+            end = env.now
+            self.busy_s += dt
+            log.end_s.append(end)
+            log.duration_s.append(dt)
+            log.decode_tokens.append(planned.batch.decode_seqs)
+            if log.detailed:
+                c = self.model.cost(planned.batch)
+                log.rows.append(
+                    (
+                        end,
+                        float(self.index),
+                        float(planned.num_seqs),
+                        float(planned.batch.decode_seqs),
+                        float(planned.batch.prefill_tokens),
+                        float(len(sched.running)),
+                        float(len(sched.waiting)),
+                        sched.used_blocks / max(1, sched.cfg.num_blocks),
+                        dt,
+                        c.compute_s,
+                        c.memory_s,
+                        c.communication_s,
+                        c.overhead_s,
+                        dt - gpu_s,
+                    )
+                )
+            for r in sched.commit(planned, end):
+                self.finished += 1
+                self.on_finish(r)

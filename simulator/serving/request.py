@@ -1,0 +1,67 @@
+"""A request in flight: what the scheduler needs to know, in slots, nothing per token."""
+
+from __future__ import annotations
+
+import math
+
+
+class Request:
+    """Mutable state of one request inside a replica.
+
+    While decoding, a request's progress is implicit in the replica's global step counter: it
+    entered the decode set at step `decode_start_step` with `decode_start_kv` cached tokens and
+    `decode_start_generated` output tokens, and gains one of each per step. That keeps the
+    per-step work O(changes), not O(batch).
+    """
+
+    __slots__ = (
+        "arrival_s",
+        "blocks",
+        "computed",
+        "decode_epoch",
+        "decode_start_generated",
+        "decode_start_kv",
+        "decode_start_step",
+        "finish_s",
+        "first_token_s",
+        "generated",
+        "index",
+        "input_tokens",
+        "last_token_s",
+        "output_tokens",
+        "preemptions",
+        "priority",
+        "replica",
+        "scheduled_s",
+        "target",
+    )
+
+    def __init__(
+        self, index: int, arrival_s: float, input_tokens: int, output_tokens: int, priority: int
+    ) -> None:
+        self.index = index
+        self.arrival_s = arrival_s
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.priority = priority
+        self.replica = -1
+        self.computed = 0  # tokens of `target` already in the KV cache (prefill progress)
+        self.target = input_tokens  # tokens to prefill: the prompt, plus outputs after a recompute
+        self.generated = 0  # output tokens produced so far
+        self.blocks = 0  # KV blocks held while prefilling (decoders' blocks are implicit)
+        self.preemptions = 0
+        self.scheduled_s = math.nan
+        self.first_token_s = math.nan
+        self.last_token_s = math.nan
+        self.finish_s = math.nan
+        self.decode_start_step = -1
+        self.decode_start_kv = 0
+        self.decode_start_generated = 0
+        self.decode_epoch = 0  # bumps when the request leaves the decode set (stale bucket entries)
+
+    def kv_tokens_at(self, step: int) -> int:
+        """Cached tokens of a decoding request at the start of global step `step`."""
+        return self.decode_start_kv + (step - self.decode_start_step)
+
+    def generated_at(self, step: int) -> int:
+        return self.decode_start_generated + (step - self.decode_start_step)

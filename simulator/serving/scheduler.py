@@ -1,0 +1,301 @@
+"""Iteration-level (continuous) batching with chunked prefill, paged KV blocks and preemption.
+
+It follows vLLM v1's scheduler: every step first serves the running requests in admission order
+(each decode one token, a partly prefilled prompt its next chunk), then admits waiting requests
+while `max_num_seqs`, the token budget and free KV blocks allow. When a running request needs a
+KV block and none is free, the newest running request is preempted and later recomputed.
+With chunked prefill off, steps are prefill-only (whole prompts) whenever a waiting request can
+be admitted, else decode-only, as vLLM v0 scheduled.
+
+Decoding requests are kept as aggregates (count, summed context, block-boundary phases, finish
+buckets), so a step costs O(requests that change), not O(batch).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.cost.attention import prefill_pairs
+from simulator.cost.step import BatchShape
+from simulator.serving.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    policy: Literal["fcfs", "priority"]
+    block_size: int
+    num_blocks: int
+
+
+@dataclass(slots=True)
+class PlannedStep:
+    """What one step runs, and the prefill chunks to commit when it ends."""
+
+    batch: BatchShape
+    chunks: list[tuple[Request, int]]
+    num_seqs: int
+
+
+class _Waiting:
+    """FCFS deque, or a heap by (priority, arrival order) when the policy is `priority`."""
+
+    def __init__(self, policy: str) -> None:
+        self.priority = policy == "priority"
+        self._deque: deque[Request] = deque()
+        self._heap: list[tuple[int, int, Request]] = []
+
+    def __len__(self) -> int:
+        return len(self._heap) if self.priority else len(self._deque)
+
+    def push(self, r: Request) -> None:
+        if self.priority:
+            heapq.heappush(self._heap, (r.priority, r.index, r))
+        else:
+            self._deque.append(r)
+
+    def push_front(self, r: Request) -> None:
+        """A preempted request goes back ahead of the others (its priority keeps its place)."""
+        if self.priority:
+            heapq.heappush(self._heap, (r.priority, r.index, r))
+        else:
+            self._deque.appendleft(r)
+
+    def peek(self) -> Request:
+        return self._heap[0][2] if self.priority else self._deque[0]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[2] if self.priority else self._deque.popleft()
+
+
+class Scheduler:
+    """State of one replica's batch. `plan()` starts a step, `commit()` ends it."""
+
+    def __init__(self, cfg: SchedulerConfig) -> None:
+        self.cfg = cfg
+        self.waiting = _Waiting(cfg.policy)
+        self.running: dict[int, Request] = {}  # admission order; popitem() gives the newest
+        self.prefilling: list[Request] = []  # running requests whose prompt is not yet cached
+        self.free_blocks = cfg.num_blocks
+        self.step = 0  # global decode step counter
+        self.num_decoding = 0
+        self.decode_kv_sum = 0  # summed cached tokens of decoding requests at step start
+        self._phase = [0] * cfg.block_size  # decoders needing a new block when step % bs == i
+        self._finish: dict[int, list[tuple[Request, int]]] = {}
+        self.preemptions = 0
+        self.resume_gaps_s: list[float] = []  # token gaps that span a preemption (for ITL)
+        self.outstanding_tokens = 0  # prompt + output tokens not yet processed (for routing)
+
+    # ---- queries ----------------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running) or len(self.waiting) > 0
+
+    @property
+    def used_blocks(self) -> int:
+        return self.cfg.num_blocks - self.free_blocks
+
+    def blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.cfg.block_size)
+
+    def fits_ever(self, r: Request) -> bool:
+        """Can the whole request (prompt and every output's KV) ever be cached at once?"""
+        return self.blocks_for(r.input_tokens + r.output_tokens - 1) <= self.cfg.num_blocks
+
+    # ---- arrival ----------------------------------------------------------------------
+
+    def add(self, r: Request) -> None:
+        self.waiting.push(r)
+        self.outstanding_tokens += r.input_tokens + r.output_tokens
+
+    # ---- one step ---------------------------------------------------------------------
+
+    def _leave_decode(self, r: Request, step: int) -> int:
+        """Remove a decoding request from the aggregates; return the blocks it held."""
+        kv = r.kv_tokens_at(step)
+        self.num_decoding -= 1
+        self.decode_kv_sum -= kv
+        self._phase[(r.decode_start_step - r.decode_start_kv) % self.cfg.block_size] -= 1
+        r.decode_epoch += 1
+        return self.blocks_for(kv)
+
+    def _preempt_newest(self, now_s: float) -> Request:
+        """Recompute preemption of the most recently admitted running request."""
+        _, victim = self.running.popitem()
+        if victim.decode_start_step >= 0:
+            victim.generated = victim.generated_at(self.step)
+            self.free_blocks += self._leave_decode(victim, self.step)
+            victim.decode_start_step = -1
+            victim.last_token_s = now_s  # its last token came at the end of the previous step
+        else:
+            self.prefilling.remove(victim)
+            self.free_blocks += victim.blocks
+        self.outstanding_tokens += victim.computed
+        victim.blocks = 0
+        victim.computed = 0
+        victim.target = victim.input_tokens + victim.generated
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.waiting.push_front(victim)
+        return victim
+
+    def plan(self, now_s: float) -> PlannedStep | None:
+        """Choose this step's work and reserve its KV blocks; None if nothing can run."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        preempted = False
+        # Decodes first: each needs one token and, on a block boundary, one more block.
+        if not (not cfg.chunked_prefill and self._can_admit_prefill()):
+            need = self._phase[self.step % cfg.block_size]
+            while need > self.free_blocks and self.running:
+                self._preempt_newest(now_s)
+                preempted = True
+                need = self._phase[self.step % cfg.block_size]
+            decode_seqs = self.num_decoding
+            self.free_blocks -= need
+        else:
+            decode_seqs = 0  # a prefill-only step (chunked prefill off)
+        budget -= decode_seqs
+        chunks: list[tuple[Request, int]] = []
+        # Prompts already running continue with their next chunk.
+        for r in list(self.prefilling):
+            if budget <= 0:
+                break
+            if r.index not in self.running:
+                continue  # preempted below while serving an earlier one
+            chunk = min(r.target - r.computed, budget)
+            need = self.blocks_for(r.computed + chunk) - r.blocks
+            while need > self.free_blocks and r.index in self.running:
+                preempted = True
+                if self._preempt_newest(now_s) is r:
+                    break
+            if r.index not in self.running:
+                continue
+            self.free_blocks -= need
+            r.blocks += need
+            chunks.append((r, chunk))
+            budget -= chunk
+        if decode_seqs and decode_seqs != self.num_decoding:
+            # Preempting for a prefill chunk removed decoders after their blocks were counted.
+            decode_seqs = self.num_decoding
+            budget = cfg.max_num_batched_tokens - decode_seqs - sum(c for _, c in chunks)
+        # Admit waiting requests, unless this step had to preempt (vLLM v1 does the same).
+        if not preempted:
+            chunks.extend(self._admit(now_s, budget, decode_seqs))
+        if not chunks and decode_seqs == 0:
+            return None
+        return PlannedStep(self._shape(chunks, decode_seqs), chunks, decode_seqs + len(chunks))
+
+    def _can_admit_prefill(self) -> bool:
+        if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
+            return False
+        r = self.waiting.peek()
+        return (
+            r.target <= self.cfg.max_num_batched_tokens
+            and self.blocks_for(r.target) <= self.free_blocks
+        )
+
+    def _admit(self, now_s: float, budget: int, decode_seqs: int) -> list[tuple[Request, int]]:
+        cfg = self.cfg
+        admitted: list[tuple[Request, int]] = []
+        while len(self.waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
+            r = self.waiting.peek()
+            if cfg.chunked_prefill:
+                chunk = min(r.target, budget)
+            elif r.target <= budget:
+                chunk = r.target
+            else:
+                break
+            need = self.blocks_for(chunk)
+            if need > self.free_blocks:
+                break
+            self.waiting.pop()
+            self.free_blocks -= need
+            r.blocks = need
+            if math.isnan(r.scheduled_s):
+                r.scheduled_s = now_s
+            self.running[r.index] = r
+            self.prefilling.append(r)
+            admitted.append((r, chunk))
+            budget -= chunk
+        return admitted
+
+    def _shape(self, chunks: list[tuple[Request, int]], decode_seqs: int) -> BatchShape:
+        tokens = pairs = context = sampled = 0
+        pairs_f = 0.0
+        for r, c in chunks:
+            tokens += c
+            pairs_f += prefill_pairs(c, r.computed)
+            context += r.computed
+            if r.computed + c == r.target:
+                sampled += 1
+        del pairs
+        return BatchShape(
+            prefill_tokens=tokens,
+            prefill_seqs=len(chunks),
+            prefill_attention_pairs=pairs_f,
+            prefill_context_tokens=context,
+            prefill_sampled_seqs=sampled,
+            decode_seqs=decode_seqs,
+            decode_context_tokens=self.decode_kv_sum if decode_seqs else 0,
+        )
+
+    def commit(self, planned: PlannedStep, end_s: float) -> list[Request]:
+        """Apply the step's results at `end_s`; return the requests that finished."""
+        finished: list[Request] = []
+        step = self.step
+        decoded = planned.batch.decode_seqs
+        if decoded:
+            # Every decoder gained one cached token and one output token.
+            self.decode_kv_sum += decoded
+            self.outstanding_tokens -= decoded
+            for r, epoch in self._finish.pop(step, ()):
+                if epoch != r.decode_epoch:
+                    continue  # it was preempted after this bucket entry was made
+                self.free_blocks += self._leave_decode(r, step + 1)
+                r.generated = r.output_tokens
+                r.finish_s = end_s
+                del self.running[r.index]
+                finished.append(r)
+        for r, chunk in planned.chunks:
+            r.computed += chunk
+            self.outstanding_tokens -= chunk
+            if r.computed < r.target:
+                continue
+            # The prompt (or recomputed context) is cached: this step sampled a token.
+            self.prefilling.remove(r)
+            r.generated += 1
+            self.outstanding_tokens -= 1
+            if math.isnan(r.first_token_s):
+                r.first_token_s = end_s
+            else:
+                self.resume_gaps_s.append(end_s - r.last_token_s)
+            r.last_token_s = end_s
+            if r.generated >= r.output_tokens:
+                self.free_blocks += r.blocks
+                r.blocks = 0
+                r.finish_s = end_s
+                del self.running[r.index]
+                finished.append(r)
+                continue
+            self._enter_decode(r, step + 1)
+        self.step = step + 1
+        return finished
+
+    def _enter_decode(self, r: Request, start_step: int) -> None:
+        r.decode_start_step = start_step
+        r.decode_start_kv = r.computed
+        r.decode_start_generated = r.generated
+        r.blocks = 0  # from now on implicit: blocks_for(kv)
+        self.num_decoding += 1
+        self.decode_kv_sum += r.computed
+        self._phase[(start_step - r.computed) % self.cfg.block_size] += 1
+        last = start_step + (r.output_tokens - r.generated) - 1
+        self._finish.setdefault(last, []).append((r, r.decode_epoch))

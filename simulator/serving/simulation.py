@@ -1,0 +1,271 @@
+"""Assemble a scenario into replicas, a router and a request source; run it; collect records."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import simpy
+
+from simulator.architecture import Architecture, load_architecture
+from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, memory_budget
+from simulator.cost.memory import require_fit
+from simulator.engine_style import EngineStyle, load_engine_styles
+from simulator.errors import InputError
+from simulator.hardware import Hardware, load_hardware
+from simulator.metrics import RECORD_DTYPE
+from simulator.scenario import AggregatedDeployment, Scenario
+from simulator.serving.replica import Replica, StepLog
+from simulator.serving.request import Request
+from simulator.serving.router import ROUTERS
+from simulator.serving.scheduler import SchedulerConfig
+from simulator.serving.workload import RequestStream, build_stream
+
+# Codes for RECORD_DTYPE["drop_reason"] (see metrics.DROP_REASONS).
+DROP_KV, DROP_CONTEXT, DROP_BUDGET = 1, 2, 3
+
+TIMESERIES_COLUMNS = (
+    "time_s",
+    "replica",
+    "batch_seqs",
+    "decode_seqs",
+    "prefill_tokens",
+    "running",
+    "waiting",
+    "kv_used_fraction",
+    "step_time_s",
+    "compute_s",
+    "memory_s",
+    "communication_s",
+    "overhead_s",
+    "host_s",
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Everything the physics says about one replica of the scenario's deployment."""
+
+    arch: Architecture
+    hw: Hardware
+    step_model: StepModel
+    memory: MemoryBudget
+    scheduler: SchedulerConfig
+    style: EngineStyle
+
+
+@dataclass
+class RunOutput:
+    records: npt.NDArray[Any]
+    step_log: StepLog
+    resume_gaps_s: list[float]
+    status: str  # completed | time_limit | queue_limit
+    preemptions: int
+    warnings: list[str] = field(default_factory=list)
+    busy_s: list[float] = field(default_factory=list)
+    end_s: float = 0.0
+
+
+def _resolve_model(name: str, base_dir: Path | None) -> str:
+    if base_dir is not None and name.endswith(".json") and not Path(name).is_absolute():
+        return str(base_dir / name)
+    return name
+
+
+def build_engine(scenario: Scenario, base_dir: Path | None = None) -> Engine:
+    """Load model and GPU, check the layout and memory fit, size the KV block pool."""
+    dep = scenario.deployment
+    if not isinstance(dep, AggregatedDeployment):
+        raise InputError(
+            "deployment.kind: 'disaggregated' is validated but not simulated yet "
+            "(prefill/decode pools arrive with the disaggregation issue); use 'aggregated'"
+        )
+    if dep.speculative is not None:
+        raise InputError(
+            "deployment.speculative: speculative decoding is not simulated yet; "
+            "remove the key (null) until the speculative-decoding issue lands"
+        )
+    arch = load_architecture(_resolve_model(scenario.model, base_dir))
+    hw = load_hardware(scenario.hardware.gpu)
+    layout = ParallelLayout(
+        dep.tensor_parallel,
+        dep.pipeline_parallel,
+        dep.attention_data_parallel,
+        dep.expert_parallel,
+    )
+    p = dep.precision
+    formats = Formats(p.weights, p.activations, p.kv_cache)
+    step_model = StepModel(arch, hw, layout, formats, dep.comm_overlap)
+    s = dep.scheduler
+    budget = memory_budget(
+        arch,
+        hw,
+        layout,
+        formats,
+        dep.gpu_memory_utilization,
+        s.max_num_batched_tokens,
+        s.max_num_seqs,
+    )
+    require_fit(arch, hw, layout, formats, budget)
+    num_blocks = budget.kv_capacity_tokens // s.block_size
+    if num_blocks < 1:
+        raise InputError(
+            f"deployment: the KV cache holds {budget.kv_capacity_tokens} tokens, less than one "
+            f"block of {s.block_size}; use more GPUs, a smaller format or a higher "
+            f"gpu_memory_utilization"
+        )
+    style = load_engine_styles()[dep.engine]
+    if dep.overhead is not None:
+        style = EngineStyle(
+            style.name, dep.overhead.step_s, dep.overhead.per_seq_s, style.overlap_cpu_with_gpu
+        )
+    cfg = SchedulerConfig(
+        s.max_num_seqs,
+        s.max_num_batched_tokens,
+        s.chunked_prefill,
+        s.policy,
+        s.block_size,
+        num_blocks,
+    )
+    return Engine(arch, hw, step_model, budget, cfg, style)
+
+
+CheckHook = Callable[[Replica, Any, float], None]
+
+
+def run(
+    scenario: Scenario,
+    engine: Engine,
+    stream: RequestStream,
+    *,
+    timeseries: bool = False,
+    check: CheckHook | None = None,
+) -> RunOutput:
+    """Simulate the request stream through the deployment's replicas."""
+    dep = scenario.deployment
+    assert isinstance(dep, AggregatedDeployment)
+    n = len(stream)
+    records = np.zeros(n, dtype=RECORD_DTYPE)
+    for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s"):
+        records[name] = math.nan
+    records["input_tokens"] = stream.input_tokens
+    records["output_tokens"] = stream.output_tokens
+    records["replica"] = -1
+
+    env = simpy.Environment()
+    log = StepLog(timeseries)
+    stop = env.event()
+    state = {"ended": 0, "next": 0}
+    max_context = engine.arch.max_position_embeddings
+    cfg = engine.scheduler
+    limits = scenario.limits
+
+    def finish(r: Request) -> None:
+        rec = records[r.index]
+        rec["scheduled_s"] = r.scheduled_s
+        rec["first_token_s"] = r.first_token_s
+        rec["finish_s"] = r.finish_s
+        rec["preemptions"] = r.preemptions
+        rec["replica"] = r.replica
+        ended()
+
+    def ended() -> None:
+        state["ended"] += 1
+        if state["ended"] == n and not stop.triggered:
+            stop.succeed("completed")
+        elif stream.closed_loop_concurrency is not None:
+            send_next()
+
+    replicas = [
+        Replica(env, i, cfg, engine.step_model, engine.style, finish, log, check)
+        for i in range(dep.replicas)
+    ]
+    route = ROUTERS[dep.router]
+
+    def send(i: int) -> bool:
+        """Route request i now; False if it was dropped on arrival."""
+        records[i]["arrival_s"] = env.now
+        inp, out = int(stream.input_tokens[i]), int(stream.output_tokens[i])
+        r = Request(i, env.now, inp, out, int(stream.priority[i]))
+        reason = 0
+        if inp + out > max_context:
+            reason = DROP_CONTEXT
+        elif not replicas[0].sched.fits_ever(r):
+            reason = DROP_KV
+        elif not cfg.chunked_prefill and inp > cfg.max_num_batched_tokens:
+            reason = DROP_BUDGET
+        if reason:
+            records[i]["drop_reason"] = reason
+            state["ended"] += 1
+            if state["ended"] == n and not stop.triggered:
+                stop.succeed("completed")
+            return False
+        target = route(replicas, i)
+        assert isinstance(target, Replica)
+        target.submit(r)
+        cap = limits.max_waiting_requests
+        if cap is not None and len(target.sched.waiting) > cap and not stop.triggered:
+            stop.succeed("queue_limit")
+        return True
+
+    def send_next() -> None:
+        """Closed loop: keep one more request in flight (skipping any dropped on arrival)."""
+        while state["next"] < n:
+            i = state["next"]
+            state["next"] = i + 1
+            if send(i):
+                return
+
+    def open_loop() -> Any:
+        arrivals = stream.arrival_s
+        for i in range(n):
+            delay = arrivals[i] - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            state["next"] = i + 1
+            send(i)
+
+    if stream.closed_loop_concurrency is not None:
+        for _ in range(min(stream.closed_loop_concurrency, n)):
+            send_next()
+    else:
+        env.process(open_loop())
+
+    if limits.max_simulated_time_s is not None:
+
+        def timer() -> Any:
+            yield env.timeout(limits.max_simulated_time_s)
+            if not stop.triggered:
+                stop.succeed("time_limit")
+
+        env.process(timer())
+
+    if n == 0:
+        status = "completed"
+    else:
+        try:
+            status = str(env.run(until=stop))
+        except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
+            raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
+    return RunOutput(
+        records,
+        log,
+        [g for rep in replicas for g in rep.sched.resume_gaps_s],
+        status,
+        sum(rep.sched.preemptions for rep in replicas),
+        busy_s=[rep.busy_s for rep in replicas],
+        end_s=float(env.now),
+    )
+
+
+def simulate_stream(
+    scenario: Scenario, base_dir: Path | None = None, skip_bad_rows: bool = False
+) -> tuple[Engine, RequestStream, list[str]]:
+    engine = build_engine(scenario, base_dir)
+    stream, warnings = build_stream(scenario, base_dir, skip_bad_rows)
+    return engine, stream, warnings
