@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,6 +26,10 @@ class _StyleFile(BaseModel):
     cpu_step_us: Annotated[float, Field(ge=0)]  # fixed host time per engine step
     cpu_per_seq_us: Annotated[float, Field(ge=0)]  # host time per scheduled sequence per step
     overlap_cpu_with_gpu: bool  # async/overlap scheduler: host work hides under the GPU step
+    # on_demand: blocks allocated as tokens arrive, newest request preempted when out (vLLM,
+    # SGLang); reserve_full: a request is admitted only with blocks for its whole prompt plus
+    # output reserved, so nothing is ever evicted (TensorRT-LLM's GUARANTEED_NO_EVICT).
+    kv_admission: Literal["on_demand", "reserve_full"] = "on_demand"
     source: str
 
 
@@ -35,6 +39,7 @@ class EngineStyle:
     cpu_step_s: float
     cpu_per_seq_s: float
     overlap_cpu_with_gpu: bool
+    kv_admission: str = "on_demand"
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -59,6 +64,10 @@ def load_engine_styles(path: Path = STYLES_PATH) -> dict[str, EngineStyle]:
         except ValidationError as exc:
             raise InputError(format_validation_error(f"{path}: {name}", exc)) from None
         styles[str(name)] = EngineStyle(
-            str(name), f.cpu_step_us * 1e-6, f.cpu_per_seq_us * 1e-6, f.overlap_cpu_with_gpu
+            str(name),
+            f.cpu_step_us * 1e-6,
+            f.cpu_per_seq_us * 1e-6,
+            f.overlap_cpu_with_gpu,
+            f.kv_admission,
         )
     return styles

@@ -68,7 +68,8 @@ class EfficiencySpec(_Strict):
     gemm_compute_fraction: Fraction  # large, well-shaped GEMM, fraction of dense peak
     hbm_bandwidth_fraction: Fraction  # streaming reads, fraction of datasheet HBM bandwidth
     attention_compute_fraction: Fraction  # prefill attention kernels, fraction of bf16 peak
-    attention_hbm_fraction: Fraction  # decode attention KV streaming, fraction of HBM peak
+    attention_hbm_fraction: Fraction  # decode attention KV streaming (asymptotic), of HBM peak
+    attention_decode_fixed_us: Annotated[float, Field(ge=0)]  # per layer: launch, split-KV merge
     kernel_launch_overhead_us: Annotated[float, Field(ge=0)]  # per kernel, inside a CUDA graph
     allreduce_latency_us: Annotated[float, Field(ge=0)]  # small-message all-reduce (scale-up)
     allreduce_bus_gb_per_s: Positive  # achievable bus bandwidth at serving message sizes
@@ -114,6 +115,7 @@ class Hardware:
     hbm_bandwidth_fraction: float
     attention_compute_fraction: float
     attention_hbm_fraction: float
+    attention_decode_fixed_s: float
     kernel_launch_overhead_s: float
     allreduce_latency_s: float
     allreduce_bus_bytes_per_s: float
@@ -146,6 +148,7 @@ def _to_hardware(f: HardwareFile) -> Hardware:
         hbm_bandwidth_fraction=e.hbm_bandwidth_fraction,
         attention_compute_fraction=e.attention_compute_fraction,
         attention_hbm_fraction=e.attention_hbm_fraction,
+        attention_decode_fixed_s=e.attention_decode_fixed_us * 1e-6,
         kernel_launch_overhead_s=e.kernel_launch_overhead_us * 1e-6,
         allreduce_latency_s=e.allreduce_latency_us * 1e-6,
         allreduce_bus_bytes_per_s=e.allreduce_bus_gb_per_s * 1e9,

@@ -310,10 +310,10 @@ class StepModel:
     # ---- operators that depend on the batch's contexts ---------------------------------
 
     @cached_property
-    def _attn_consts(self) -> tuple[float, float, float, float, float, float, int, int, float]:
+    def _attn_consts(self) -> tuple[float, float, float, float, float, float, int, int, int]:
         """Per-step constants of attention: (prefill FLOPs per pair, decode FLOPs per pair,
         KV bytes per token per layer, Q/O bytes per prefill token per layer, rate, bandwidth,
-        full layers, sliding layers, launch)."""
+        full layers, sliding layers, layers)."""
         a, tp = self.arch, self.layout.tensor_parallel
         heads = a.num_attention_heads // tp
         dims = attention_dims(a)
@@ -332,7 +332,7 @@ class StepModel:
             self.hw.hbm_bytes_per_s * self.hw.attention_hbm_fraction,
             a.num_layers - a.num_sliding_layers,
             a.num_sliding_layers,
-            self.hw.kernel_launch_overhead_s * a.num_layers,
+            a.num_layers,
         )
 
     def _attention_terms(
@@ -363,25 +363,32 @@ class StepModel:
             decode = (per_pair_d * q_per_seq * work, kv_tok * work)
         return prefill, decode
 
+    def _attention_fixed_s(self) -> tuple[float, float]:
+        """Per-layer fixed cost of the prefill kernel (a launch) and of the decode kernel (the
+        intercept of the measured decode-attention line: launch plus split-KV merge)."""
+        return self.hw.kernel_launch_overhead_s, self.hw.attention_decode_fixed_s
+
     def attention_ops(self, b: BatchShape) -> list[OpCost]:
         """Attention rows: compute at the attention kernels' rate, KV at their bandwidth."""
-        *_, rate, bw, _, _, _ = self._attn_consts
-        layers, launch = self.arch.num_layers, self.hw.kernel_launch_overhead_s
+        *_, rate, bw, _, _, layers = self._attn_consts
         ops: list[OpCost] = []
-        for name, terms in zip(
-            ("attention_prefill", "attention_decode"), self._attention_terms(b), strict=True
+        for name, terms, fixed in zip(
+            ("attention_prefill", "attention_decode"),
+            self._attention_terms(b),
+            self._attention_fixed_s(),
+            strict=True,
         ):
             if terms is not None:
-                ops.append(roofline(name, terms[0], terms[1], rate, bw, layers, launch))
+                ops.append(roofline(name, terms[0], terms[1], rate, bw, layers, fixed))
         return ops
 
     def _attention_time_s(self, b: BatchShape) -> float:
         """sum(op.time_s for op in attention_ops(b)) without building rows (the hot path)."""
-        *_, rate, bw, _, _, launch_all = self._attn_consts
+        *_, rate, bw, _, _, layers = self._attn_consts
         t = 0.0
-        for terms in self._attention_terms(b):
+        for terms, fixed in zip(self._attention_terms(b), self._attention_fixed_s(), strict=True):
             if terms is not None:
-                t += max(terms[0] / rate, terms[1] / bw) + launch_all
+                t += max(terms[0] / rate, terms[1] / bw) + layers * fixed
         return t
 
     # ---- the two public questions ------------------------------------------------------

@@ -32,6 +32,7 @@ class SchedulerConfig:
     policy: Literal["fcfs", "priority"]
     block_size: int
     num_blocks: int
+    reserve_full: bool = False  # admit only with blocks for prompt + every output reserved
 
 
 @dataclass(slots=True)
@@ -122,8 +123,11 @@ class Scheduler:
         kv = r.kv_tokens_at(step)
         self.num_decoding -= 1
         self.decode_kv_sum -= kv
-        self._phase[(r.decode_start_step - r.decode_start_kv) % self.cfg.block_size] -= 1
         r.decode_epoch += 1
+        if self.cfg.reserve_full:
+            held, r.blocks = r.blocks, 0
+            return held
+        self._phase[(r.decode_start_step - r.decode_start_kv) % self.cfg.block_size] -= 1
         return self.blocks_for(kv)
 
     def _preempt_newest(self, now_s: float) -> Request:
@@ -171,7 +175,7 @@ class Scheduler:
             if r.index not in self.running:
                 continue  # preempted below while serving an earlier one
             chunk = min(r.target - r.computed, budget)
-            need = self.blocks_for(r.computed + chunk) - r.blocks
+            need = max(0, self.blocks_for(r.computed + chunk) - r.blocks)
             while need > self.free_blocks and r.index in self.running:
                 preempted = True
                 if self._preempt_newest(now_s) is r:
@@ -213,7 +217,7 @@ class Scheduler:
                 chunk = r.target
             else:
                 break
-            need = self.blocks_for(chunk)
+            need = self.blocks_for(self._full_tokens(r) if cfg.reserve_full else chunk)
             if need > self.free_blocks:
                 break
             self.waiting.pop()
@@ -226,6 +230,12 @@ class Scheduler:
             admitted.append((r, chunk))
             budget -= chunk
         return admitted
+
+    @staticmethod
+    def _full_tokens(r: Request) -> int:
+        """KV tokens a request holds at its largest: context plus every remaining output but
+        the last (whose KV is never written)."""
+        return r.input_tokens + r.output_tokens - 1
 
     def _shape(self, chunks: list[tuple[Request, int]], decode_seqs: int) -> BatchShape:
         tokens = pairs = context = sampled = 0
@@ -293,9 +303,10 @@ class Scheduler:
         r.decode_start_step = start_step
         r.decode_start_kv = r.computed
         r.decode_start_generated = r.generated
-        r.blocks = 0  # from now on implicit: blocks_for(kv)
         self.num_decoding += 1
         self.decode_kv_sum += r.computed
-        self._phase[(start_step - r.computed) % self.cfg.block_size] += 1
+        if not self.cfg.reserve_full:
+            r.blocks = 0  # from now on implicit: blocks_for(kv), one more per block boundary
+            self._phase[(start_step - r.computed) % self.cfg.block_size] += 1
         last = start_step + (r.output_tokens - r.generated) - 1
         self._finish.setdefault(last, []).append((r, r.decode_epoch))

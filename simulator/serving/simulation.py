@@ -122,7 +122,11 @@ def build_engine(scenario: Scenario, base_dir: Path | None = None) -> Engine:
     style = load_engine_styles()[dep.engine]
     if dep.overhead is not None:
         style = EngineStyle(
-            style.name, dep.overhead.step_s, dep.overhead.per_seq_s, style.overlap_cpu_with_gpu
+            style.name,
+            dep.overhead.step_s,
+            dep.overhead.per_seq_s,
+            style.overlap_cpu_with_gpu,
+            style.kv_admission,
         )
     cfg = SchedulerConfig(
         s.max_num_seqs,
@@ -131,6 +135,7 @@ def build_engine(scenario: Scenario, base_dir: Path | None = None) -> Engine:
         s.policy,
         s.block_size,
         num_blocks,
+        style.kv_admission == "reserve_full",
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
 
