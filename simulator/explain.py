@@ -92,7 +92,8 @@ class Explanation:
             )
         f, lay, m = self.model.formats, self.model.layout, self.memory
         head = (
-            f"{self.arch.name} on {self.hw.name}: tp={lay.tensor_parallel} pp={lay.pipeline_parallel} "
+            f"{self.arch.name} on {self.hw.name}: tp={lay.tensor_parallel} "
+            f"pp={lay.pipeline_parallel} "
             f"attention_dp={lay.attention_data_parallel} ep={lay.expert_parallel}; "
             f"weights {f.weights}, activations {f.activations}, kv {f.kv_cache} "
             f"(GEMMs run at {self.model.gemm_format})\n"
@@ -108,10 +109,13 @@ class Explanation:
             f"launch overhead {duration(s.overhead_s)}; ridge point {ridge:.0f} FLOP/B "
             f"(ops above it are compute-bound)"
         )
-        rep = " (KV heads replicated: fewer KV heads than TP ranks)" if m.kv_heads_replicated else ""
+        rep = (
+            " (KV heads replicated: fewer KV heads than TP ranks)" if m.kv_heads_replicated else ""
+        )
         mem = (
             f"memory per GPU: weights {m.weights_bytes_per_gpu / 1e9:.2f} GB, activations "
-            f"{m.activation_bytes_per_gpu / 1e9:.2f} GB, KV cache {m.kv_bytes_per_gpu / 1e9:.2f} GB "
+            f"{m.activation_bytes_per_gpu / 1e9:.2f} GB, "
+            f"KV cache {m.kv_bytes_per_gpu / 1e9:.2f} GB "
             f"of {m.usable_bytes_per_gpu / 1e9:.1f} GB usable; "
             f"{m.kv_bytes_per_token_per_gpu / 1e3:.1f} kB KV per token per GPU{rep}; "
             f"KV capacity {m.kv_capacity_tokens:,} tokens"

@@ -26,7 +26,9 @@ def duration(seconds: float) -> str:
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """Plain aligned text table: first column left, the rest right-aligned."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
 
     def line(cells: list[str]) -> str:
         out = [cells[0].ljust(widths[0])]

@@ -242,9 +242,10 @@ def run(
         env.process(open_loop())
 
     if limits.max_simulated_time_s is not None:
+        horizon_s = float(limits.max_simulated_time_s)
 
         def timer() -> Any:
-            yield env.timeout(limits.max_simulated_time_s)
+            yield env.timeout(horizon_s)
             if not stop.triggered:
                 stop.succeed("time_limit")
 
