@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from simulator.hardware import Hardware
 from simulator.metrics import DROP_REASONS, SLOTargets, summarize
 from simulator.scenario import Scenario, load_scenario_file
 from simulator.serving.simulation import (
@@ -81,14 +82,16 @@ def simulate(
     timeseries: bool = False,
     check: bool | CheckHook = False,
     skip_bad_rows: bool = False,
+    hardware: Hardware | None = None,
 ) -> Result:
-    """Run one scenario to completion (or to its limits) and summarize it."""
+    """Run one scenario to completion (or to its limits) and summarize it. `hardware`
+    replaces the scenario's GPU profile (the uncertainty band runs perturbed profiles)."""
     if isinstance(scenario, Scenario):
         loaded = LoadedScenario(scenario, None)
     else:
         loaded = load_scenario(scenario)
     s, base_dir = loaded.scenario, loaded.base_dir
-    engine = build_engine(s, base_dir)
+    engine = build_engine(s, base_dir, hardware)
     stream, warnings = build_stream(s, base_dir, skip_bad_rows)
     hook: CheckHook | None
     if check is True:

@@ -269,6 +269,11 @@ def bench(num_requests: int, repeat: int, step_evals: int) -> None:
         click.echo(line)
 
 
+from simulator.cli_validate import validate  # noqa: E402
+
+cli.add_command(validate)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every user error becomes one line on stderr and exit status 2."""
     try:

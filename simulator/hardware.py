@@ -77,6 +77,9 @@ class EfficiencySpec(_Strict):
     alltoall_gb_per_s: Positive  # achievable per-GPU all-to-all bandwidth over scale-up
     scale_out_latency_us: Annotated[float, Field(ge=0)]
     scale_out_fraction: Fraction  # achievable fraction of NIC line rate
+    # Relative spread of the measured rows around the chosen factors: the uncertainty band
+    # scales every fraction by (1 -/+ spread) and every fixed cost by (1 +/- spread).
+    spread: Annotated[float, Field(ge=0, lt=1)]
     source: str
 
 
@@ -123,6 +126,7 @@ class Hardware:
     alltoall_bytes_per_s: float
     scale_out_latency_s: float
     scale_out_fraction: float
+    efficiency_spread: float
 
     def supports(self, tensor_format: str) -> bool:
         return tensor_format in self.dense_flops_per_s
@@ -156,6 +160,7 @@ def _to_hardware(f: HardwareFile) -> Hardware:
         alltoall_bytes_per_s=e.alltoall_gb_per_s * 1e9,
         scale_out_latency_s=e.scale_out_latency_us * 1e-6,
         scale_out_fraction=e.scale_out_fraction,
+        efficiency_spread=e.spread,
     )
 
 

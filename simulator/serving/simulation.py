@@ -77,7 +77,9 @@ def _resolve_model(name: str, base_dir: Path | None) -> str:
     return name
 
 
-def build_engine(scenario: Scenario, base_dir: Path | None = None) -> Engine:
+def build_engine(
+    scenario: Scenario, base_dir: Path | None = None, hardware: Hardware | None = None
+) -> Engine:
     """Load model and GPU, check the layout and memory fit, size the KV block pool."""
     dep = scenario.deployment
     if not isinstance(dep, AggregatedDeployment):
@@ -91,7 +93,7 @@ def build_engine(scenario: Scenario, base_dir: Path | None = None) -> Engine:
             "remove the key (null) until the speculative-decoding issue lands"
         )
     arch = load_architecture(_resolve_model(scenario.model, base_dir))
-    hw = load_hardware(scenario.hardware.gpu)
+    hw = hardware if hardware is not None else load_hardware(scenario.hardware.gpu)
     layout = ParallelLayout(
         dep.tensor_parallel,
         dep.pipeline_parallel,

@@ -1,0 +1,76 @@
+"""`frontier validate`: score predictions against published measurements."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from simulator.units import table
+
+
+@click.command()
+@click.option(
+    "--subset", default=None, help="Only rows of this subset (e.g. trtllm-perf-overview)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the full result as JSON.")
+@click.option(
+    "--band/--no-band",
+    default=True,
+    show_default=True,
+    help="Also run the low/high efficiency profiles and report band coverage.",
+)
+@click.option(
+    "--write-report",
+    is_flag=True,
+    help="Rewrite simulator/validation/REPORT.md (the table the README links).",
+)
+@click.option(
+    "--update-baseline",
+    is_flag=True,
+    help="Record these predictions as the regression baseline (deliberate; say why).",
+)
+def validate(
+    subset: str | None, as_json: bool, band: bool, write_report: bool, update_baseline: bool
+) -> None:
+    """Run every validation row; print measured, predicted and signed error, then group stats."""
+    from simulator.validation.rows import load_rows
+    from simulator.validation.runner import (
+        REPORT,
+        report_markdown,
+        run_validation,
+        write_baseline,
+    )
+
+    subsets = sorted({r.subset for r in load_rows()})
+    if subset is not None and subset not in subsets:
+        raise click.BadParameter(f"{subset!r} (valid: {', '.join(subsets)})", param_hint="--subset")
+    result = run_validation(subset, band)
+    if write_report:
+        REPORT.write_text(report_markdown(result))
+    if update_baseline:
+        write_baseline(result)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    rows = [
+        [
+            r["id"],
+            f"{r['measured']:.4g}",
+            f"{r['predicted']:.4g}",
+            f"{r['error']:+.1%}",
+            "" if r["low"] is None else f"{r['low']:.4g}-{r['high']:.4g}",
+        ]
+        for r in result["rows"]
+    ]
+    click.echo(table(["row", "measured", "predicted", "error", "band"], rows))
+    stats = [
+        [f"{g}={v}", str(st["rows"]), f"{st['median_abs_error']:.1%}", f"{st['p90_abs_error']:.1%}"]
+        for g, groups in result["groups"].items()
+        for v, st in groups.items()
+    ]
+    click.echo("")
+    click.echo(table(["group", "rows", "median |err|", "p90 |err|"], stats))
+    if result["band_coverage"] is not None:
+        click.echo(f"\nband covers the measurement on {result['band_coverage']:.0%} of rows")
+    click.echo(f"{len(result['pending'])} rows pending (listed in {REPORT.name} and --json)")

@@ -1,0 +1,54 @@
+"""Uncertainty bands: rerun a scenario on pessimistic and optimistic copies of its GPU profile.
+
+Each profile states the spread of its measured rows around the chosen efficiency factors.
+The low profile scales every achievable fraction by (1 - spread) and every fixed cost by
+(1 + spread); the high profile does the reverse. Host overheads are the engine's, not the
+GPU's, and stay as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from simulator.hardware import Hardware, load_hardware
+
+_FRACTIONS = (
+    "gemm_compute_fraction",
+    "hbm_bandwidth_fraction",
+    "attention_compute_fraction",
+    "attention_hbm_fraction",
+    "scale_out_fraction",
+)
+_RATES = ("allreduce_bus_bytes_per_s", "alltoall_bytes_per_s")
+_FIXED = (
+    "kernel_launch_overhead_s",
+    "attention_decode_fixed_s",
+    "allreduce_latency_s",
+    "alltoall_latency_s",
+    "scale_out_latency_s",
+)
+
+
+def perturbed(hw: Hardware, direction: int) -> Hardware:
+    """direction -1: the pessimistic profile; +1: the optimistic one."""
+    s = hw.efficiency_spread * direction
+    changes: dict[str, float] = {}
+    for name in _FRACTIONS + _RATES:
+        changes[name] = getattr(hw, name) * (1 + s)
+    for name in _FIXED:
+        changes[name] = getattr(hw, name) * (1 - s)
+    return dataclasses.replace(hw, **changes)
+
+
+def simulate_band(loaded: Any, metric: str) -> tuple[float, float, float]:
+    """(nominal, low, high) of one flat result key; low/high sorted whatever the metric."""
+    import simulator
+
+    hw = load_hardware(loaded.scenario.hardware.gpu)
+    values = [
+        float(simulator.simulate(loaded, hardware=perturbed(hw, d)).to_dict()[metric])
+        for d in (0, -1, 1)
+    ]
+    nominal, a, b = values
+    return nominal, min(a, b), max(a, b)

@@ -1,0 +1,1 @@
+"""Published measurements expressed as scenarios, and the runner that scores predictions."""

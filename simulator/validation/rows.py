@@ -1,0 +1,93 @@
+"""Validation rows: a published measurement plus the scenario that reproduces its setup."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).parent / "serving_measurements.csv"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    id: str
+    subset: str
+    source: str
+    model: str
+    gpu: str
+    metric: str
+    measured: float | None
+    unit: str
+    tolerance_pct: float  # regression guard: allowed drift from the recorded prediction
+    pending: str  # non-empty: what the simulator still lacks to run this row
+    note: str
+    fields: dict[str, str]
+
+    @property
+    def weights(self) -> str:
+        return self.fields["weights"]
+
+    @property
+    def family(self) -> str:
+        return self.model.split("-")[0] if self.model else "unknown"
+
+    def scenario(self) -> dict[str, Any]:
+        """The scenario dict that reproduces the measured setup."""
+        f = self.fields
+        if f["arrival"] == "offline":
+            arrival: dict[str, Any] = {"kind": "offline"}
+        elif f["arrival"] == "closed_loop":
+            arrival = {"kind": "closed_loop", "concurrency": int(f["concurrency"])}
+        else:
+            raise ValueError(f"{self.id}: arrival {f['arrival']!r} not supported in validation")
+        tp = int(f["tensor_parallel"])
+        replicas = int(f["replicas"] or 1)
+        seqs = int(f["max_num_seqs"])
+        return {
+            "name": self.id,
+            "model": self.model,
+            "hardware": {"gpu": self.gpu, "gpus_per_node": max(8, tp * replicas)},
+            "deployment": {
+                "replicas": replicas,
+                "tensor_parallel": tp,
+                "precision": {
+                    "weights": f["weights"],
+                    "activations": f["activations"],
+                    "kv_cache": f["kv_cache"],
+                },
+                "engine": f["engine"],
+                "scheduler": {"max_num_seqs": seqs, "max_num_batched_tokens": max(8192, seqs)},
+            },
+            "workload": {
+                "arrival": arrival,
+                "input_tokens": {"kind": "fixed", "value": int(f["input_tokens"])},
+                "output_tokens": {"kind": "fixed", "value": int(f["output_tokens"])},
+                "num_requests": int(f["num_requests"]),
+                "seed": 0,
+            },
+        }
+
+
+def load_rows(path: Path = DATA) -> list[Row]:
+    with path.open(newline="") as fh:
+        out = []
+        for r in csv.DictReader(fh):
+            out.append(
+                Row(
+                    id=r["id"],
+                    subset=r["subset"],
+                    source=r["source"],
+                    model=r["model"],
+                    gpu=r["gpu"],
+                    metric=r["metric"],
+                    measured=float(r["measured"]) if r["measured"] else None,
+                    unit=r["unit"],
+                    tolerance_pct=float(r["tolerance_pct"] or 3),
+                    pending=r["pending"],
+                    note=r["note"],
+                    fields=dict(r),
+                )
+            )
+    return out
