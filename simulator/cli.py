@@ -223,6 +223,8 @@ def _summary_text(result: Any, name: str) -> str:
 @click.option("--timeseries", type=click.Path(dir_okay=False, writable=True),
               help="Write one row per engine step (batch, queue, KV use, step time by kind).")
 @click.option("--check", is_flag=True, help="Check the simulation's invariants every step.")
+@click.option("--band", is_flag=True,
+              help="Also run the GPU's low/high efficiency profiles: an uncertainty band.")
 @click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows instead of refusing.")
 def simulate(
     scenario: str,
@@ -231,6 +233,7 @@ def simulate(
     requests_csv: str | None,
     timeseries: str | None,
     check: bool,
+    band: bool,
     skip_bad_rows: bool,
 ) -> None:
     """Simulate SCENARIO.yaml and print its latency and throughput summary."""
@@ -250,10 +253,43 @@ def simulate(
     if timeseries and result.timeseries is not None:
         np.savetxt(timeseries, result.timeseries, delimiter=",",
                    header=",".join(TIMESERIES_COLUMNS), comments="", fmt="%.9g")
+    bands = _bands(loaded, skip_bad_rows) if band else None
     if as_json:
-        _dump(result.to_dict())
+        data = result.to_dict()
+        if bands is not None:
+            data["band"] = bands
+        _dump(data)
     else:
         click.echo(_summary_text(result, loaded.scenario.name or scenario))
+        for key, (low, high) in (bands or {}).items():
+            click.echo(f"band {key}: {low:.4g} .. {high:.4g}")
+
+
+BAND_KEYS = ("output_tokens_per_s", "ttft_s.p99", "tpot_s.p50", "e2e_s.p50")
+
+
+def _bands(loaded: Any, skip_bad_rows: bool) -> dict[str, list[float]]:
+    """Headline metrics on the pessimistic and optimistic GPU profiles, as [low, high]."""
+    import simulator
+    from simulator.hardware import load_hardware
+    from simulator.uncertainty import perturbed
+
+    hw = load_hardware(loaded.scenario.hardware.gpu)
+    runs = [
+        simulator.simulate(loaded, hardware=perturbed(hw, d), skip_bad_rows=skip_bad_rows).to_dict()
+        for d in (-1, 1)
+    ]
+    out: dict[str, list[float]] = {}
+    for key in BAND_KEYS:
+        vals = []
+        for r in runs:
+            v: Any = r
+            for part in key.split("."):
+                v = v[part]
+            vals.append(v)
+        if all(isinstance(v, float | int) for v in vals):
+            out[key] = [float(min(vals)), float(max(vals))]
+    return out
 
 
 @cli.command()
