@@ -89,6 +89,7 @@ class Scheduler:
         self.decode_kv_sum = 0  # summed cached tokens of decoding requests at step start
         self._phase = [0] * cfg.block_size  # decoders needing a new block when step % bs == i
         self._finish: dict[int, list[tuple[Request, int]]] = {}
+        self._reserved_phase = -1  # phase whose decoders got a block this step (-1: none yet)
         self.preemptions = 0
         self.resume_gaps_s: list[float] = []  # token gaps that span a preemption (for ITL)
         self.outstanding_tokens = 0  # prompt + output tokens not yet processed (for routing)
@@ -135,6 +136,9 @@ class Scheduler:
         _, victim = self.running.popitem()
         if victim.decode_start_step >= 0:
             victim.generated = victim.generated_at(self.step)
+            phase = (victim.decode_start_step - victim.decode_start_kv) % self.cfg.block_size
+            if phase == self._reserved_phase and not self.cfg.reserve_full:
+                self.free_blocks += 1  # the block reserved for it this step is not needed
             self.free_blocks += self._leave_decode(victim, self.step)
             victim.decode_start_step = -1
             victim.last_token_s = now_s  # its last token came at the end of the previous step
@@ -164,6 +168,7 @@ class Scheduler:
                 need = self._phase[self.step % cfg.block_size]
             decode_seqs = self.num_decoding
             self.free_blocks -= need
+            self._reserved_phase = self.step % cfg.block_size
         else:
             decode_seqs = 0  # a prefill-only step (chunked prefill off)
         budget -= decode_seqs
@@ -201,10 +206,8 @@ class Scheduler:
         if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
             return False
         r = self.waiting.peek()
-        return (
-            r.target <= self.cfg.max_num_batched_tokens
-            and self.blocks_for(r.target) <= self.free_blocks
-        )
+        need = self._full_tokens(r) if self.cfg.reserve_full else r.target
+        return self.blocks_for(need) <= self.free_blocks
 
     def _admit(self, now_s: float, budget: int, decode_seqs: int) -> list[tuple[Request, int]]:
         cfg = self.cfg
@@ -213,7 +216,9 @@ class Scheduler:
             r = self.waiting.peek()
             if cfg.chunked_prefill:
                 chunk = min(r.target, budget)
-            elif r.target <= budget:
+            elif r.target <= budget or not admitted:
+                # Whole prompts only; the first may exceed the budget when it is a recomputed
+                # context (prompt plus outputs), which vLLM also prefills alone.
                 chunk = r.target
             else:
                 break
@@ -262,6 +267,10 @@ class Scheduler:
         finished: list[Request] = []
         step = self.step
         decoded = planned.batch.decode_seqs
+        self._reserved_phase = -1
+        # Decoders' progress is implicit in the decode-step counter, so it advances only when
+        # they were served: a prefill-only step (chunked prefill off) leaves them in place.
+        next_step = step + 1 if decoded else step
         if decoded:
             # Every decoder gained one cached token and one output token.
             self.decode_kv_sum += decoded
@@ -295,8 +304,8 @@ class Scheduler:
                 del self.running[r.index]
                 finished.append(r)
                 continue
-            self._enter_decode(r, step + 1)
-        self.step = step + 1
+            self._enter_decode(r, next_step)
+        self.step = next_step
         return finished
 
     def _enter_decode(self, r: Request, start_step: int) -> None:
