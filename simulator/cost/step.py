@@ -210,15 +210,16 @@ class StepModel:
         # rank's tokens and scatters them back (SGLang-style DP attention).
         act_bytes = tokens * h * BF16_BYTES
         if dp == 1:
-            ops.append(
-                self._comm(
-                    "tp_allreduce",
-                    2 * L * allreduce_time_s(act_bytes, tp, self.hw),
-                    2 * L * act_bytes,
+            if tp > 1:  # a single GPU has nothing to reduce: no row, no bytes on the wire
+                ops.append(
+                    self._comm(
+                        "tp_allreduce",
+                        2 * L * allreduce_time_s(act_bytes, tp, self.hw),
+                        2 * L * act_bytes,
+                    )
                 )
-            )
         else:
-            per_rank = ma * h * BF16_BYTES
+            per_rank = ma * h * BF16_BYTES if tp > 1 else 0.0  # no all-reduce over one rank
             t = L * (
                 allreduce_time_s(per_rank, tp, self.hw)
                 + 2 * allgather_time_s(act_bytes, group, self.hw)
@@ -229,7 +230,11 @@ class StepModel:
 
         i_loc = a.intermediate_size / group
         norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
-        rope_bytes = 4 * ma * (a.q_dim / tp + a.kv_elements_per_token_per_layer() / 2) * BF16_BYTES
+        # RoPE rotates this rank's queries and keys in place (read + write each).
+        k_width = (
+            a.mla.qk_rope_head_dim if a.mla is not None else _kv_heads_per_gpu(a, tp) * a.head_dim
+        )
+        rope_bytes = 2 * ma * (a.q_dim / tp + k_width) * BF16_BYTES
         act_fn_bytes = 3 * tokens * i_loc * BF16_BYTES if a.num_dense_mlp_layers else 0.0
         ops.append(
             self._elementwise(
