@@ -78,6 +78,7 @@ class Explanation:
                 "kv_bytes_per_token_per_gpu": self.memory.kv_bytes_per_token_per_gpu,
                 "kv_capacity_tokens": self.memory.kv_capacity_tokens,
                 "kv_heads_replicated": self.memory.kv_heads_replicated,
+                "window_reserve_bytes_per_gpu": self.memory.window_reserve_bytes_per_gpu,
             },
         }
 
@@ -120,6 +121,11 @@ class Explanation:
             f"{m.kv_bytes_per_token_per_gpu / 1e3:.1f} kB KV per token per GPU{rep}; "
             f"KV capacity {m.kv_capacity_tokens:,} tokens"
         )
+        if m.window_reserve_bytes_per_gpu:
+            mem += (
+                f" (after {m.window_reserve_bytes_per_gpu / 1e9:.2f} GB reserved for one "
+                f"sliding window per schedulable sequence)"
+            )
         return "\n".join([head, "", ops, "", totals, mem, self.sentence()])
 
 

@@ -563,3 +563,19 @@ def test_lower_precision_kv_never_lowers_capacity(
     if hi.fits:
         bits = get_format(big).bits_per_element / get_format(small).bits_per_element
         assert lo.kv_capacity_tokens >= math.floor(hi.kv_capacity_tokens * bits) - bits
+
+
+def test_sliding_window_layers_hold_one_window_per_sequence() -> None:
+    """gpt-oss-120b: 36 layers alternate 128-token sliding windows and full attention, 8 KV
+    heads of 64 dims. Per cached token only the 18 full layers store K and V:
+    18 x 2 x 8 x 64 = 18,432 elements; each running sequence holds at most one window in the
+    18 sliding layers: 18 x 128 x 2 x 8 x 64 = 2,359,296 elements, reserved for max_num_seqs."""
+    arch = load_architecture("gpt-oss-120b")
+    hw = load_hardware("b200")
+    layout, formats = ParallelLayout(), Formats("mxfp4", "fp8", "fp8")
+    fp8 = get_format("fp8").bytes_per_element
+    assert kv_bytes_per_token_per_gpu(arch, layout, "fp8") == pytest.approx(18_432 * fp8)
+    budget = memory_budget(arch, hw, layout, formats, 0.9, 8192, 256)
+    assert budget.window_reserve_bytes_per_gpu == pytest.approx(256 * 2_359_296 * fp8)
+    fewer_seqs = memory_budget(arch, hw, layout, formats, 0.9, 8192, 64)
+    assert fewer_seqs.kv_capacity_tokens > budget.kv_capacity_tokens

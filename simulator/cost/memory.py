@@ -33,6 +33,7 @@ class MemoryBudget:
     kv_bytes_per_token_per_gpu: float
     kv_capacity_tokens: int  # per engine replica (attention-DP ranks each hold their own cache)
     kv_heads_replicated: bool  # fewer KV heads than TP ranks: each rank stores a copy
+    window_reserve_bytes_per_gpu: float = 0.0  # sliding-window layers: one window per sequence
 
     @property
     def fits(self) -> bool:
@@ -90,20 +91,46 @@ def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: F
     return linear_bytes + vocab_bytes
 
 
+def _kv_elements_per_layer(arch: Architecture, layout: ParallelLayout) -> int:
+    if arch.mla is not None:
+        return arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
+    return 2 * kv_heads_per_gpu(arch, layout.tensor_parallel) * arch.head_dim
+
+
+def stage_layer_split(arch: Architecture, pp: int) -> tuple[int, int]:
+    """(full-attention, sliding-window) layers on the most loaded pipeline stage."""
+    stage = layers_per_stage(arch, pp)
+    if arch.sliding_window is None or arch.num_sliding_layers == 0:
+        return stage, 0
+    if arch.num_sliding_layers == arch.num_layers:
+        return 0, stage
+    sliding = min(stage, round(stage * arch.num_sliding_layers / arch.num_layers))
+    return stage - sliding, sliding
+
+
 def kv_bytes_per_token_per_gpu(arch: Architecture, layout: ParallelLayout, kv_format: str) -> float:
     """KV bytes one GPU stores per cached token: its stage's layers, its share of KV heads.
 
     MLA caches one latent (kv_lora_rank + rope dims) per token that every TP rank needs whole,
     so TP does not shrink it; GQA heads split over TP until each rank has one, then replicate.
-    Sliding-window layers are counted like full ones (a conservative bound: engines with a
-    hybrid allocator keep only the window for those layers).
+    Sliding-window layers keep only the last `window` tokens of each sequence (vLLM's hybrid
+    KV cache manager), so they are charged per sequence (below), not per token, unless every
+    layer slides, when the per-token count is the conservative bound.
     """
-    if arch.mla is not None:
-        elems = arch.mla.kv_lora_rank + arch.mla.qk_rope_head_dim
-    else:
-        elems = 2 * kv_heads_per_gpu(arch, layout.tensor_parallel) * arch.head_dim
-    layers = layers_per_stage(arch, layout.pipeline_parallel)
-    return layers * elems * get_format(kv_format).bytes_per_element
+    full, sliding = stage_layer_split(arch, layout.pipeline_parallel)
+    layers = full if full else sliding
+    return layers * _kv_elements_per_layer(arch, layout) * get_format(kv_format).bytes_per_element
+
+
+def sliding_kv_bytes_per_seq_per_gpu(
+    arch: Architecture, layout: ParallelLayout, kv_format: str
+) -> float:
+    """KV bytes a running sequence holds in sliding-window layers at most (one window)."""
+    full, sliding = stage_layer_split(arch, layout.pipeline_parallel)
+    if not full or not sliding or arch.sliding_window is None:
+        return 0.0
+    per_layer = _kv_elements_per_layer(arch, layout) * get_format(kv_format).bytes_per_element
+    return sliding * arch.sliding_window * per_layer
 
 
 def activation_bytes_per_gpu(
@@ -142,9 +169,16 @@ def memory_budget(
     usable = hw.hbm_bytes * gpu_memory_utilization
     kv_avail = usable - weights - acts
     per_token = kv_bytes_per_token_per_gpu(arch, layout, formats.kv_cache)
+    # Sliding-window layers: reserve one window per schedulable sequence on this DP rank.
+    seqs_per_rank = math.ceil(max_seqs / layout.attention_data_parallel)
+    per_seq = sliding_kv_bytes_per_seq_per_gpu(arch, layout, formats.kv_cache)
+    window_reserve = seqs_per_rank * per_seq
+    kv_avail -= window_reserve
     tokens = int(kv_avail // per_token) * layout.attention_data_parallel if kv_avail > 0 else 0
     replicated = arch.mla is None and arch.num_kv_heads < layout.tensor_parallel
-    return MemoryBudget(weights, acts, usable, kv_avail, per_token, tokens, replicated)
+    return MemoryBudget(
+        weights, acts, usable, kv_avail, per_token, tokens, replicated, window_reserve
+    )
 
 
 def describe_layout(layout: ParallelLayout) -> str:
