@@ -106,12 +106,16 @@ def simulate(
     slo = None
     if s.slo is not None:
         slo = SLOTargets(s.slo.ttft_p99_s, s.slo.tpot_p99_s, s.slo.e2e_p99_s)
-    dur = np.frombuffer(out.step_log.duration_s, dtype=np.float64)
-    weights = np.frombuffer(out.step_log.decode_tokens, dtype=np.int64).astype(np.float64)
+    dur = np.frombuffer(out.step_log.itl_s, dtype=np.float64)
+    weights = np.frombuffer(out.step_log.itl_weight, dtype=np.float64)
     gaps = np.asarray(out.resume_gaps_s, dtype=np.float64)
     itl_values = np.concatenate([dur, gaps])
     itl_weights = np.concatenate([weights, np.ones_like(gaps)])
     summary = summarize(out.records, itl_values, itl_weights, s.num_gpus, slo)
+    # Share of simulated time the replicas ran engine steps (energy per token uses it).
+    span_s = out.end_s * len(out.busy_s)
+    summary["gpu_busy_fraction"] = min(1.0, sum(out.busy_s) / span_s) if span_s > 0 else 0.0
+    warnings.extend(out.warnings)
     if out.status != "completed":
         warnings.append(
             f"run stopped early ({out.status}) at t={out.end_s:.1f} s: the load exceeds what "
@@ -120,10 +124,13 @@ def simulate(
     ts = None
     if timeseries:
         ts = np.asarray(out.step_log.rows, dtype=np.float64).reshape(-1, len(TIMESERIES_COLUMNS))
-    return Result(
+    result = Result(
         summary, out.records, out.status, out.preemptions, engine.memory.kv_capacity_tokens,
         warnings, ts,
     )
+    if hook is not None and hasattr(hook, "check_result"):
+        hook.check_result(result)
+    return result
 
 
 __all__ = ["Engine", "LoadedScenario", "Result", "load_scenario", "simulate"]

@@ -76,3 +76,46 @@ def run_bench(num_requests: int, repeat: int, step_evals: int) -> Iterator[str]:
         f"{num_requests / wall:,.0f} requests/s, {statistics.median(sims) / wall:,.0f} simulated "
         f"seconds per wall second"
     )
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024
+
+
+def run_bench_scale(num_requests: int, steps: int = 2) -> Iterator[str]:
+    """Simulate num_requests / 10**(steps-1), ..., num_requests requests of the bench scenario
+    (ascending, in this process) and report wall time, requests/s and peak RSS of each, then the
+    ratios between consecutive sizes: linear scaling shows as ratios near the size ratio."""
+    import simulator
+
+    sizes = sorted({max(1, num_requests // 10**k) for k in range(steps)})
+    base_rss = peak_rss_bytes()
+    yield (
+        f"bench-scale: {BENCH_SCENARIO['name']}; sizes {', '.join(f'{n:,}' for n in sizes)}; "
+        f"peak RSS before the runs {base_rss / 2**20:,.0f} MiB"
+    )
+    prev: tuple[int, float, int] | None = None
+    for n in sizes:
+        scenario = dict(BENCH_SCENARIO)
+        scenario["workload"] = dict(BENCH_SCENARIO["workload"], num_requests=n)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        r = simulator.simulate(scenario)
+        wall = time.perf_counter() - t0
+        rss = peak_rss_bytes()
+        yield (
+            f"{n:>12,} requests: {wall:8.2f} s wall, {n / wall:10,.0f} requests/s, peak RSS "
+            f"{rss / 2**20:8,.0f} MiB ({(rss - base_rss) / n:,.0f} B/request above the "
+            f"baseline), status {r.status}, {r.summary['duration_s']:,.0f} s simulated"
+        )
+        if prev is not None:
+            pn, pwall, prss = prev
+            yield (
+                f"{'':>12}  x{n / pn:g} requests: wall x{wall / pwall:.2f}, "
+                f"RSS above baseline x{(rss - base_rss) / max(1, prss - base_rss):.2f}"
+            )
+        prev = (n, wall, rss)

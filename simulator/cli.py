@@ -10,8 +10,9 @@ import click
 
 from simulator.architecture import ModelError, catalog_names, load_architecture
 from simulator.cost import Formats, LayoutError, MemoryFitError, ParallelLayout
-from simulator.errors import InputError
+from simulator.errors import InputError, located_message, one_line
 from simulator.hardware import load_hardware, profile_paths
+from simulator.invariants import InvariantViolation
 from simulator.precision import FORMAT_NAMES
 from simulator.units import table
 
@@ -131,7 +132,9 @@ def hardware_list(as_json: bool) -> None:
     if as_json:
         _dump(data)
         return
-    headers = ["gpu", "BF16 TF/s", "FP8 TF/s", "FP4 TF/s", "HBM GB", "HBM TB/s", "NVLink GB/s/dir", "W"]
+    headers = [
+        "gpu", "BF16 TF/s", "FP8 TF/s", "FP4 TF/s", "HBM GB", "HBM TB/s", "NVLink GB/s/dir", "W"
+    ]
     click.echo(table(headers, rows))
 
 
@@ -174,7 +177,8 @@ def models_list(as_json: bool) -> None:
     if as_json:
         _dump(data)
         return
-    click.echo(table(["model", "params", "active", "layers", "hidden", "attention q/kv", "top-k/experts"], rows))
+    headers = ["model", "params", "active", "layers", "hidden", "attention q/kv", "top-k/experts"]
+    click.echo(table(headers, rows))
 
 
 def _summary_text(result: Any, name: str) -> str:
@@ -225,7 +229,8 @@ def _summary_text(result: Any, name: str) -> str:
 @click.option("--check", is_flag=True, help="Check the simulation's invariants every step.")
 @click.option("--band", is_flag=True,
               help="Also run the GPU's low/high efficiency profiles: an uncertainty band.")
-@click.option("--skip-bad-rows", is_flag=True, help="Skip malformed trace rows instead of refusing.")
+@click.option("--skip-bad-rows", is_flag=True,
+              help="Skip malformed trace rows instead of refusing.")
 def simulate(
     scenario: str,
     overrides: tuple[str, ...],
@@ -242,17 +247,25 @@ def simulate(
     import simulator
     from simulator.serving.simulation import TIMESERIES_COLUMNS
 
-    loaded = simulator.load_scenario(scenario, overrides)
-    result = simulator.simulate(
-        loaded, timeseries=timeseries is not None, check=check, skip_bad_rows=skip_bad_rows
-    )
-    if requests_csv:
-        recs = result.requests
-        np.savetxt(requests_csv, np.column_stack([recs[n] for n in recs.dtype.names or ()]),
-                   delimiter=",", header=",".join(recs.dtype.names or ()), comments="", fmt="%.9g")
-    if timeseries and result.timeseries is not None:
-        np.savetxt(timeseries, result.timeseries, delimiter=",",
-                   header=",".join(TIMESERIES_COLUMNS), comments="", fmt="%.9g")
+    try:
+        loaded = simulator.load_scenario(scenario, overrides)
+        result = simulator.simulate(
+            loaded, timeseries=timeseries is not None, check=check, skip_bad_rows=skip_bad_rows
+        )
+    except USER_ERRORS as exc:  # one line naming the file and, where known, the key
+        raise InputError(located_message(scenario, exc)) from None
+    try:
+        if requests_csv:
+            recs = result.requests
+            names = recs.dtype.names or ()
+            np.savetxt(requests_csv, np.column_stack([recs[n] for n in names]),
+                       delimiter=",", header=",".join(names), comments="", fmt="%.9g")
+        if timeseries and result.timeseries is not None:
+            np.savetxt(timeseries, result.timeseries, delimiter=",",
+                       header=",".join(TIMESERIES_COLUMNS), comments="", fmt="%.9g")
+    except OSError as exc:  # a missing folder, no permission: the user's path, not a bug
+        where = exc.filename or "output file"
+        raise InputError(f"{where}: cannot write ({exc.strerror or exc})") from None
     bands = _bands(loaded, skip_bad_rows) if band else None
     if as_json:
         data = result.to_dict()
@@ -305,13 +318,31 @@ def bench(num_requests: int, repeat: int, step_evals: int) -> None:
         click.echo(line)
 
 
+@cli.command("bench-scale")
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=1_000_000,
+              show_default=True)
+@click.option("--steps", type=click.IntRange(min=1, max=4), default=2, show_default=True,
+              help="Also run 1/10, 1/100, ... of the requests first, to show the scaling.")
+def bench_scale(num_requests: int, steps: int) -> None:
+    """Scale benchmark: wall time, requests/s and peak memory for many requests."""
+    from simulator.bench import run_bench_scale
+
+    for line in run_bench_scale(num_requests, steps):
+        click.echo(line)
+
+
 from simulator.cli_validate import validate  # noqa: E402
 
 cli.add_command(validate)
+from simulator.cli_sweep import register; register(cli)  # noqa: E402, E702, I001
+
+
+EXIT_INVARIANT = 3  # `simulate --check` found a simulator bug (not the user's fault)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: every user error becomes one line on stderr and exit status 2."""
+    """Entry point: every user error becomes one line on stderr and exit status 2; a broken
+    invariant under `--check` one line and status 3."""
     try:
         cli.main(args=argv, prog_name="frontier", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -320,10 +351,14 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("frontier: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        click.echo(f"frontier: {exc.format_message()}", err=True)
+        click.echo(f"frontier: {one_line(exc.format_message())}", err=True)
         sys.exit(2)
+    except InvariantViolation as exc:
+        click.echo(f"frontier: simulator bug: {one_line(str(exc))}", err=True)
+        sys.exit(EXIT_INVARIANT)
     except USER_ERRORS as exc:
-        click.echo(f"frontier: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", err=True)
+        text = one_line(str(exc)) if str(exc) else type(exc).__name__
+        click.echo(f"frontier: {text}", err=True)
         sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ValidationError
 
 
@@ -33,3 +35,31 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     more = len(exc.errors()) - 1
     extra = f" [+{more} more]" if more > 0 else ""
     return f"{source}: {_loc(loc)}: {msg}{shown}{extra}"
+
+
+def tag_key(exc: BaseException, key_path: str) -> None:
+    """Remember which scenario key a later error (model, GPU, layout, memory fit) is about, so
+    the CLI can name it; the exception keeps its type (sweeps sort failures by type)."""
+    if getattr(exc, "key_path", None) is None:
+        exc.key_path = key_path  # type: ignore[attr-defined]
+
+
+def located_message(source: str, exc: BaseException) -> str:
+    """`source: key.path: first line of the message`, without repeating what it already says."""
+    text = str(exc).split("\n", 1)[0] if str(exc).strip() else type(exc).__name__
+    key = getattr(exc, "key_path", None)
+    if isinstance(key, str) and not text.startswith(key):
+        text = f"{key}: {text}"
+    return text if text.startswith(f"{source}:") else f"{source}: {text}"
+
+
+# Characters that end a line for str.splitlines() or a terminal (all C0 controls but tab, DEL,
+# NEL, the Unicode line and paragraph separators): shown escaped so a message stays one line.
+_LINE_BREAKING = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """The first line of a message, with any character that would break it shown escaped
+    (a YAML key may hold any of them)."""
+    first = text.split("\n", 1)[0]
+    return _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], first)

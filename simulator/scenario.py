@@ -32,6 +32,10 @@ from simulator.errors import InputError, format_validation_error
 
 PosInt = Annotated[int, Field(ge=1)]
 PosFloat = Annotated[float, Field(gt=0)]
+# Token counts: beyond any context window (such requests are dropped), but within int64 math.
+MAX_TOKENS = 1_000_000_000
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 NumberFormat = Literal["bf16", "fp16", "fp8", "mxfp4", "nvfp4", "int8", "int4"]
 WEIGHT_ONLY_FORMATS = frozenset({"int4"})  # group-quantized (AWQ/GPTQ): no int4 activations
 
@@ -42,7 +46,8 @@ def _invalid(message: str, kind: str = "invalid_value") -> PydanticCustomError:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: no key means anything at .inf or .nan (rates, lengths, times)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------------- tagged unions
@@ -67,7 +72,7 @@ def _kind_checker(
         kind = value.get("kind", default)
         if kind is None:
             raise _invalid(f"{where} needs a kind (one of: {valid})", "missing")
-        if kind not in variants:
+        if not isinstance(kind, str) or kind not in variants:  # a list or dict is unhashable
             raise _invalid(f"{where} kind {kind!r} is not one of: {valid}")
         return value if "kind" in value else {**value, "kind": kind}
 
@@ -239,7 +244,7 @@ class HardwareConfig(_Strict):
 
     gpu: Annotated[str, Field(min_length=1)]  # hardware profile name, e.g. h200-sxm
     gpus_per_node: Annotated[int, Field(ge=1, le=72)] = 8
-    nodes: PosInt = 1
+    nodes: Annotated[int, Field(ge=1, le=100_000)] = 1
 
 
 # --------------------------------------------------------------------------------- workload
@@ -307,8 +312,8 @@ ArrivalSpec = Annotated[
 class _Clipped(_Strict):
     """Optional clipping of samples to [min, max] tokens."""
 
-    min: PosInt | None = None
-    max: PosInt | None = None
+    min: Tokens | None = None
+    max: Tokens | None = None
 
     @field_validator("max")
     @classmethod
@@ -321,15 +326,15 @@ class _Clipped(_Strict):
 
 class FixedLengths(_Strict):
     kind: Literal["fixed"] = "fixed"
-    value: PosInt
+    value: Tokens
 
 
 class UniformLengths(_Strict):
     """Integers uniform on [min, max], both included."""
 
     kind: Literal["uniform"] = "uniform"
-    min: PosInt
-    max: PosInt
+    min: Tokens
+    max: Tokens
 
     @field_validator("max")
     @classmethod
@@ -377,7 +382,7 @@ class EmpiricalLengths(_Clipped):
     """Resampled (with replacement) from inline `values` or from a CSV `column` at `path`."""
 
     kind: Literal["empirical"] = "empirical"
-    values: Annotated[tuple[PosInt, ...], Field(min_length=1)] | None = None
+    values: Annotated[tuple[Tokens, ...], Field(min_length=1)] | None = None
     path: Annotated[str, Field(min_length=1)] | None = None
     column: Annotated[str, Field(min_length=1)] | None = None
 
@@ -412,7 +417,7 @@ LengthSpec = Annotated[
 class Priorities(_Strict):
     """Each request draws a priority; lower value is served first (vLLM convention)."""
 
-    values: Annotated[tuple[int, ...], Field(min_length=1)]
+    values: Annotated[tuple[Int32, ...], Field(min_length=1)]
     weights: Annotated[tuple[PosFloat, ...], Field(min_length=1)]
 
     @field_validator("weights")

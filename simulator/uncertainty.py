@@ -33,7 +33,7 @@ _FIXED = (
 def perturbed(hw: Hardware, direction: int) -> Hardware:
     """direction -1: the pessimistic profile; +1: the optimistic one."""
     s = hw.efficiency_spread * direction
-    changes: dict[str, float] = {}
+    changes: dict[str, Any] = {}
     for name in _FRACTIONS + _RATES:
         changes[name] = getattr(hw, name) * (1 + s)
     for name in _FIXED:

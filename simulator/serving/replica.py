@@ -21,6 +21,10 @@ class StepLog:
         self.end_s = array("d")
         self.duration_s = array("d")
         self.decode_tokens = array("q")  # tokens emitted by requests that had already emitted one
+        # Inter-token gaps as (gap, how many tokens had it): a decode step's duration, plus for
+        # decoders that sat out prefill-only steps (chunked prefill off) the time they waited.
+        self.itl_s = array("d")
+        self.itl_weight = array("d")
         self.detailed = detailed
         self.rows: list[tuple[float, ...]] = []  # time series, only when asked
 
@@ -48,6 +52,8 @@ class Replica:
         self.assigned = 0
         self.finished = 0
         self._wakeup: simpy.Event | None = None
+        # Decoders held back by prefill-only steps: [count, seconds waited so far] groups.
+        self._stalled: list[list[float]] = []
         self.busy_s = 0.0
         env.process(self._run())
 
@@ -87,6 +93,7 @@ class Replica:
             log.end_s.append(end)
             log.duration_s.append(dt)
             log.decode_tokens.append(planned.batch.decode_seqs)
+            self._log_gaps(planned.batch.decode_seqs, dt)
             if log.detailed:
                 c = self.model.cost(planned.batch)
                 log.rows.append(
@@ -110,3 +117,27 @@ class Replica:
             for r in sched.commit(planned, end):
                 self.finished += 1
                 self.on_finish(r)
+
+    def _log_gaps(self, decoded: int, dt: float) -> None:
+        """Record this step's inter-token gaps. A prefill-only step with decoders waiting adds
+        its time to their next gap; a decode step emits every waiting group's longer gap."""
+        log, waiting = self.log, self.sched.num_decoding
+        if decoded == 0:
+            if waiting:
+                for group in self._stalled:
+                    group[1] += dt
+                held = sum(int(g[0]) for g in self._stalled)
+                if waiting > held:
+                    self._stalled.append([float(waiting - held), dt])
+            return
+        left = float(decoded)
+        for count, stall_s in self._stalled:
+            n = min(count, left)
+            if n > 0:
+                log.itl_s.append(dt + stall_s)
+                log.itl_weight.append(n)
+                left -= n
+        self._stalled.clear()
+        if left > 0:
+            log.itl_s.append(dt)
+            log.itl_weight.append(left)

@@ -142,10 +142,13 @@ class Scheduler:
             self.free_blocks += self._leave_decode(victim, self.step)
             victim.decode_start_step = -1
             victim.last_token_s = now_s  # its last token came at the end of the previous step
+            # Its whole context (prompt and outputs so far) is prefilled again; `computed`
+            # stopped counting when it began to decode.
+            self.outstanding_tokens += victim.input_tokens + victim.generated
         else:
             self.prefilling.remove(victim)
             self.free_blocks += victim.blocks
-        self.outstanding_tokens += victim.computed
+            self.outstanding_tokens += victim.computed
         victim.blocks = 0
         victim.computed = 0
         victim.target = victim.input_tokens + victim.generated

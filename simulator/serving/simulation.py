@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from simulator.architecture import Architecture, load_architecture
 from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, memory_budget
 from simulator.cost.memory import require_fit
 from simulator.engine_style import EngineStyle, load_engine_styles
-from simulator.errors import InputError
+from simulator.errors import InputError, tag_key
 from simulator.hardware import Hardware, load_hardware
 from simulator.metrics import RECORD_DTYPE
 from simulator.scenario import AggregatedDeployment, Scenario
@@ -92,8 +93,26 @@ def build_engine(
             "deployment.speculative: speculative decoding is not simulated yet; "
             "remove the key (null) until the speculative-decoding issue lands"
         )
-    arch = load_architecture(_resolve_model(scenario.model, base_dir))
-    hw = hardware if hardware is not None else load_hardware(scenario.hardware.gpu)
+    try:
+        arch = load_architecture(_resolve_model(scenario.model, base_dir))
+    except ValueError as exc:
+        tag_key(exc, "model")
+        raise
+    try:
+        hw = hardware if hardware is not None else load_hardware(scenario.hardware.gpu)
+    except ValueError as exc:
+        tag_key(exc, "hardware.gpu")
+        raise
+    try:
+        return _build_engine(scenario, dep, arch, hw)
+    except ValueError as exc:
+        tag_key(exc, "deployment")
+        raise
+
+
+def _build_engine(
+    scenario: Scenario, dep: AggregatedDeployment, arch: Architecture, hw: Hardware
+) -> Engine:
     layout = ParallelLayout(
         dep.tensor_parallel,
         dep.pipeline_parallel,
@@ -143,6 +162,7 @@ def build_engine(
 
 
 CheckHook = Callable[[Replica, Any, float], None]
+UNSTABLE_MIN_REQUESTS = 8  # fewer arrivals say nothing about a trend
 
 
 def run(
@@ -228,6 +248,14 @@ def run(
             if send(i):
                 return
 
+    # Waiting requests (all replicas) just after the arrivals that end each quarter of the
+    # stream: the evidence for the "unstable" warning. Offline runs queue everything at t=0
+    # by design, so they are not sampled.
+    queue_marks: list[int] = []
+    quarter_ends: set[int] = set()
+    if n >= UNSTABLE_MIN_REQUESTS and stream.arrival_s[-1] > stream.arrival_s[0]:
+        quarter_ends = {n * k // 4 - 1 for k in (1, 2, 3, 4)}
+
     def open_loop() -> Any:
         arrivals = stream.arrival_s
         for i in range(n):
@@ -236,6 +264,8 @@ def run(
                 yield env.timeout(delay)
             state["next"] = i + 1
             send(i)
+            if i in quarter_ends:
+                queue_marks.append(sum(len(rep.sched.waiting) for rep in replicas))
 
     if stream.closed_loop_concurrency is not None:
         for _ in range(min(stream.closed_loop_concurrency, n)):
@@ -260,14 +290,36 @@ def run(
             status = str(env.run(until=stop))
         except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
             raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
+    warnings: list[str] = []
+    batch_cap = cfg.max_num_seqs * dep.replicas
+    if unstable_queue(queue_marks, batch_cap):
+        marks = ", ".join(str(q) for q in queue_marks)
+        warnings.append(
+            f"unstable: queue grew throughout the run (waiting requests after 25/50/75/100% of "
+            f"the arrivals: {marks}; more than max_num_seqs × replicas = {batch_cap} at the "
+            f"last arrival): requests arrive faster than the deployment serves them, so "
+            f"latencies grow with num_requests; lower the rate or add capacity"
+        )
     return RunOutput(
         records,
         log,
         [g for rep in replicas for g in rep.sched.resume_gaps_s],
         status,
         sum(rep.sched.preemptions for rep in replicas),
+        warnings=warnings,
         busy_s=[rep.busy_s for rep in replicas],
         end_s=float(env.now),
+    )
+
+
+def unstable_queue(marks: list[int], batch_cap: int) -> bool:
+    """The rule of the "unstable" warning: waiting requests sampled at the end of each quarter
+    of the arrivals rose every quarter, and at the last arrival more wait than one full batch
+    of every replica could take (max_num_seqs × replicas)."""
+    return (
+        len(marks) == 4
+        and all(a < b for a, b in itertools.pairwise(marks))
+        and marks[-1] > batch_cap
     )
 
 

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from simulator.errors import InputError
 from simulator.scenario import (
+    MAX_TOKENS,
     ClosedLoopArrival,
     ConstantArrival,
     EmpiricalLengths,
@@ -157,13 +158,16 @@ LengthSpec = FixedLengths | UniformLengths | NormalLengths | LognormalLengths | 
 def sample_lengths(
     spec: LengthSpec, n: int, rng: np.random.Generator, base_dir: Path | None = None
 ) -> IntArray:
-    """`n` token counts: drawn, clipped to [min, max] when given, rounded, then at least 1."""
+    """`n` token counts: drawn, clipped to [min, max] when given, rounded, then kept in
+    [1, MAX_TOKENS]."""
     x = LENGTH_SAMPLERS[spec.kind](spec, n, rng, base_dir)
     lo = getattr(spec, "min", None) if spec.kind != "uniform" else None
     hi = getattr(spec, "max", None) if spec.kind != "uniform" else None
     if lo is not None or hi is not None:
         x = np.clip(x, lo, hi)
-    return np.maximum(np.rint(x), 1).astype(np.int64)
+    # Unbounded distributions (normal, lognormal) may draw past int64: cap at MAX_TOKENS,
+    # far beyond any context window, so such requests are dropped, not wrapped around.
+    return np.clip(np.rint(x), 1, MAX_TOKENS).astype(np.int64)
 
 
 # ------------------------------------------------------------------------------ arrivals

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,7 @@ def _stats(errors: list[float]) -> tuple[float, float]:
 def group_stats(scored: Iterable[Scored]) -> dict[str, dict[str, dict[str, float]]]:
     """Median and p90 absolute error by GPU, weight format, model family, metric, and overall."""
     scored = list(scored)
-    keys = {
+    keys: dict[str, Callable[[Scored], str]] = {
         "gpu": lambda s: s.row.gpu,
         "format": lambda s: s.row.weights,
         "family": lambda s: s.row.family,
