@@ -1,0 +1,259 @@
+"""`frontier sweep | recommend | export | report | bench-sweep`: the sweep commands.
+
+Registered on the main group by `register(cli)` at the end of simulator/cli.py. Bad input
+raises InputError (one line on stderr, exit 2, as everywhere in the CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from simulator.errors import InputError
+
+_AXIS_HELP = ("Frontier axis: a name (throughput_per_gpu, speed_per_user, ttft_p99, tpot_p99, "
+              "cost, energy, requests_per_s) or a results.csv column, optionally :min or :max.")
+_PRICE_HELP = ("USD per GPU-hour, e.g. h100-sxm=2.5 (repeatable); also read from "
+               "FRONTIER_GPU_PRICES='h100-sxm=2.5,b200=5'. Without one, cost stays empty.")
+_SLO_HELP = "Latency target, e.g. ttft_p99_s=2 or tpot_p99_s=0.05 (repeatable)."
+
+
+def _axes(x: str | None, y: str | None) -> dict[str, Any]:
+    from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, parse_axis
+
+    return {"x": parse_axis(x) if x else DEFAULT_X, "y": parse_axis(y) if y else DEFAULT_Y}
+
+
+@click.command()
+@click.argument("sweep_file", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Output folder (results.csv, frontier.csv, report.html, points/).")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
+              show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes (local) or CPUs of a local Ray instance [default: all CPUs].")
+@click.option("--resume", is_flag=True, help="Continue a sweep in DIR: skip finished points.")
+@click.option("--fresh", is_flag=True, help="Discard the store already in DIR and start over.")
+@click.option("--ray-address", default=None,
+              help="Ray cluster address [default: RAY_ADDRESS, else a local instance].")
+@click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
+@click.option("--x", "x_axis", default=None, help=_AXIS_HELP + " [default: speed_per_user]")
+@click.option("--y", "y_axis", default=None, help=_AXIS_HELP + " [default: throughput_per_gpu]")
+@click.option("--color-by", default=None, help="Swept key that colours the split frontier plot.")
+@click.option("--no-report", is_flag=True, help="Skip report.html.")
+def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resume: bool,
+          fresh: bool, ray_address: str | None, gpu_price: tuple[str, ...], x_axis: str | None,
+          y_axis: str | None, color_by: str | None, no_report: bool) -> None:
+    """Simulate every point of SWEEP_FILE's grid and find the frontier."""
+    from simulator.sweep.cost import gpu_prices
+    from simulator.sweep.pipeline import run_sweep
+
+    if resume and fresh:
+        raise InputError("--resume and --fresh exclude each other")
+    outcome = run_sweep(
+        sweep_file, out_dir, backend=backend, workers=workers, resume=resume, fresh=fresh,
+        ray_address=ray_address, prices=gpu_prices(gpu_price), report=not no_report,
+        color_by=color_by, **_axes(x_axis, y_axis),
+    )
+    for line in outcome.summary_lines():
+        click.echo(line)
+
+
+def _sweep_rows(sweep_dir: str, prices: dict[str, float]) -> tuple[Path, list[str],
+                                                                     list[dict[str, Any]]]:
+    """Rows and swept axes of a sweep folder, the cost column repriced with `prices`."""
+    from simulator.report.sweep_report import load_sweep_dir
+    from simulator.sweep.cost import price_per_gpu_hour, usd_per_million_output_tokens
+    from simulator.sweep.recommend import point_scenario
+    from simulator.sweep.table import COST_COLUMN, number
+
+    path = Path(sweep_dir)
+    _, rows, manifest = load_sweep_dir(path)
+    if prices:
+        for r in rows:
+            if r.get("point_status") != "ok":
+                continue
+            sc = point_scenario(path, str(r.get("point_id"))) or {}
+            gpu = str((sc.get("hardware") or {}).get("gpu", ""))
+            r[COST_COLUMN] = usd_per_million_output_tokens(
+                number(r, "num_gpus") or 0.0, price_per_gpu_hour(gpu, prices),
+                number(r, "output_tokens_per_s") or 0.0)
+    return path, list(manifest["axes"]), rows
+
+
+def _targets(path: Path, rows: list[dict[str, Any]], slo: tuple[str, ...]) -> dict[str, float]:
+    from simulator.sweep.recommend import parse_slo, point_scenario, slo_from_scenario
+
+    if slo:
+        return parse_slo(slo)
+    first = next((r for r in rows if r.get("point_status") == "ok"), None)
+    return slo_from_scenario(point_scenario(path, str(first["point_id"])) if first else None)
+
+
+@click.command()
+@click.argument("sweep_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--slo", multiple=True, metavar="NAME=SECONDS", help=_SLO_HELP +
+              " [default: the sweep scenario's slo:]")
+@click.option("--gpus", type=click.IntRange(min=1), default=None,
+              help="GPUs available: the most load within them.")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Requests/s to serve: the cheapest config that does.")
+@click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
+@click.option("--runner-ups", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
+def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: float | None,
+              gpu_price: tuple[str, ...], runner_ups: int, as_json: bool) -> None:
+    """The best config of a finished sweep under an SLO, and why the runner-ups lost."""
+    from simulator.sweep.cost import gpu_prices
+    from simulator.sweep.recommend import format_recommendation, why_lost
+    from simulator.sweep.recommend import recommend as rank
+
+    prices = gpu_prices(gpu_price)
+    path, axes, rows = _sweep_rows(sweep_dir, prices)
+    targets = _targets(path, rows, slo)
+    if not targets:
+        raise InputError("recommend: give at least one --slo (e.g. --slo ttft_p99_s=2); the "
+                         "sweep's scenario has no slo: either")
+    rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices)
+    if as_json:
+        w = rec.winner
+        data = {
+            "goal": rec.mode, "load": rec.load, "slo": rec.targets, "priced": rec.priced,
+            "ranked": [{"point_id": c.row.get("point_id"),
+                        "values": {a: c.row.get(a) for a in axes},
+                        "copies": c.copies, "gpus_per_copy": c.gpus,
+                        "usd_per_hour": c.usd_per_hour,
+                        "why_lost": None if w is None or c is w else why_lost(c, w, rec)}
+                       for c in rec.ranked[: runner_ups + 1]],
+            "failing": len(rec.failing),
+        }
+        click.echo(json.dumps(data, indent=2))
+        return
+    for line in format_recommendation(rec, axes, path, runner_ups):
+        click.echo(line)
+
+
+@click.command("export")
+@click.argument("sweep_dir", type=click.Path(file_okay=False, exists=True))
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--engine", type=click.Choice(["vllm", "sglang", "trtllm"]), default="vllm",
+              show_default=True)
+@click.option("--slo", multiple=True, metavar="NAME=SECONDS",
+              help=_SLO_HELP + " Ranks like recommend; without one (and no slo: in the "
+                               "scenario) the frontier points by throughput per GPU.")
+@click.option("--gpus", type=click.IntRange(min=1), default=None)
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write a shell script instead of printing.")
+def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus: int | None,
+               rate: float | None, gpu_price: tuple[str, ...], out_file: str | None) -> None:
+    """The K best configs as engine launch commands plus matching `vllm bench serve` loads."""
+    from simulator.sweep.cost import gpu_prices
+    from simulator.sweep.export import bench_command, launch_commands
+    from simulator.sweep.frontier import DEFAULT_Y, frontier_rows
+    from simulator.sweep.recommend import describe, point_scenario
+    from simulator.sweep.recommend import recommend as rank
+    from simulator.sweep.table import number
+
+    prices = gpu_prices(gpu_price)
+    path, axes, rows = _sweep_rows(sweep_dir, prices)
+    targets = _targets(path, rows, slo)
+    if targets:
+        rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices)
+        chosen = [c.row for c in rec.ranked[:top]]
+        how = "ranked like `frontier recommend` within SLO " + ", ".join(
+            f"{k} <= {v:g} s" for k, v in targets.items())
+    else:
+        front = frontier_rows(rows)
+        front.sort(key=lambda r: -(number(r, DEFAULT_Y.column) or 0.0))
+        chosen = front[:top]
+        how = "frontier points by output tokens/s per GPU"
+    if not chosen:
+        why = "no point meets the SLO" if targets else "no successful point"
+        raise InputError(f"{sweep_dir}: no config to export ({why})")
+    out = [f"#!/usr/bin/env bash\n# frontier export: top {len(chosen)} of {sweep_dir} for "
+           f"{engine} ({how})\n# Each block: launch the engine, then replay the simulated load."]
+    for i, row in enumerate(chosen, start=1):
+        scenario = point_scenario(path, str(row["point_id"]))
+        if scenario is None:
+            raise InputError(f"{path / 'points'}: missing {row['point_id']}.yaml")
+        facts = []
+        for col, label in (("output_tokens_per_s_per_gpu", "tok/s per GPU"),
+                           ("output_tokens_per_s_per_user.p50", "tok/s per user"),
+                           ("ttft_s.p99", "s TTFT p99"), ("tpot_s.p99", "s TPOT p99")):
+            v = number(row, col)
+            if v is not None:
+                facts.append(f"{v:.4g} {label}")
+        out.append(f"\n# {i}. {describe(row, axes)}\n#    predicted: {', '.join(facts)}\n"
+                   f"#    scenario: {path / 'points' / (str(row['point_id']) + '.yaml')}")
+        out.extend(launch_commands(scenario, engine))
+        out.append("# load (run once the server is up):")
+        out.extend(bench_command(scenario, engine))
+    text = "\n".join(out) + "\n"
+    if out_file:
+        Path(out_file).write_text(text)
+        os.chmod(out_file, 0o755)
+        click.echo(f"wrote {out_file}")
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@click.argument("target", type=click.Path(exists=True))
+@click.option("--out", "out_file", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="HTML file [default: SWEEP_DIR/report.html, or SCENARIO.html beside it].")
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Scenario overrides (single-scenario reports).")
+@click.option("--x", "x_axis", default=None, help=_AXIS_HELP)
+@click.option("--y", "y_axis", default=None, help=_AXIS_HELP)
+@click.option("--color-by", default=None, help="Swept key that colours the split frontier plot.")
+def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis: str | None,
+           y_axis: str | None, color_by: str | None) -> None:
+    """HTML report (opens offline) of a sweep folder, or of one SCENARIO.yaml's simulation."""
+    path = Path(target)
+    if path.is_dir():
+        from simulator.report import write_sweep_report
+
+        html = Path(out_file) if out_file else path / "report.html"
+        write_sweep_report(path, html, color_by=color_by, **_axes(x_axis, y_axis))
+    else:
+        import yaml
+
+        from simulator.report import write_scenario_report
+
+        try:
+            head = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            head = None
+        if isinstance(head, dict) and "sweep" in head:
+            raise InputError(f"{path} is a sweep file: run `frontier sweep {path} --out DIR`, "
+                             "then `frontier report DIR`")
+        html = Path(out_file) if out_file else path.with_suffix(".html")
+        write_scenario_report(path, html, overrides)
+    click.echo(f"wrote {html}")
+
+
+@click.command("bench-sweep")
+@click.option("--points", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=1000,
+              show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
+def bench_sweep(points: int, num_requests: int, workers: int) -> None:
+    """Benchmark a whole sweep: points simulated per second on N worker processes."""
+    from simulator.sweep.bench import run_sweep_bench
+
+    for line in run_sweep_bench(points, num_requests, workers):
+        click.echo(line)
+        sys.stdout.flush()
+
+
+def register(cli: click.Group) -> None:
+    """Add the sweep commands to the main `frontier` group."""
+    for cmd in (sweep, recommend, export_cmd, report, bench_sweep):
+        cli.add_command(cmd)

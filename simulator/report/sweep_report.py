@@ -1,0 +1,141 @@
+"""The HTML report of a sweep folder (results.csv, sweep.json, points/)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.report.page import Section, facts_table, render_page
+from simulator.report.sweep_figures import (
+    breakdown_figure,
+    choose_color_key,
+    frontier_figure,
+    latency_figure,
+    split_figure,
+)
+from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
+from simulator.sweep.store import write_atomic
+from simulator.sweep.table import Row, read_csv, swept_columns
+
+MAX_BREAKDOWN_POINTS = 6
+
+
+def step_breakdown(scenario: str | Path | Mapping[str, Any]) -> dict[str, float]:
+    """Mean seconds per engine step by kind, from a rerun with the time series on."""
+    import numpy as np
+
+    import simulator
+    from simulator.serving.simulation import TIMESERIES_COLUMNS
+
+    result = simulator.simulate(simulator.load_scenario(scenario), timeseries=True)
+    ts = result.timeseries
+    if ts is None or ts.size == 0:
+        return {}
+    out = {}
+    for col in ("step_time_s", "compute_s", "memory_s", "communication_s", "overhead_s",
+                "host_s"):
+        out[col] = float(np.mean(ts[:, TIMESERIES_COLUMNS.index(col)]))
+    return out
+
+
+def spread(items: Sequence[Row], k: int) -> list[Row]:
+    """Up to k items evenly spaced along a sequence, both ends included."""
+    if len(items) <= k:
+        return list(items)
+    idx = sorted({round(i * (len(items) - 1) / (k - 1)) for i in range(k)})
+    return [items[i] for i in idx]
+
+
+def load_sweep_dir(sweep_dir: Path) -> tuple[list[str], list[Row], dict[str, Any]]:
+    """Columns, rows and manifest of a finished sweep folder."""
+    results = sweep_dir / "results.csv"
+    if not results.is_file():
+        raise InputError(f"{sweep_dir}: no results.csv here; run `frontier sweep FILE --out "
+                         f"{sweep_dir}` first")
+    columns, rows = read_csv(results)
+    manifest: dict[str, Any] = {}
+    mpath = sweep_dir / "sweep.json"
+    if mpath.is_file():
+        try:
+            manifest = json.loads(mpath.read_text())
+        except json.JSONDecodeError:
+            manifest = {}
+    if not isinstance(manifest.get("axes"), list):
+        manifest["axes"] = swept_columns(columns)
+    return columns, rows, manifest
+
+
+def _label(row: Row, axes: Sequence[str]) -> str:
+    return ", ".join(f"{a.split('.')[-1]}={row.get(a)}" for a in axes) or str(row["point_id"])
+
+
+def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
+                       y: Axis = DEFAULT_Y, color_by: str | None = None,
+                       breakdown: bool = True) -> Path:
+    """Write the report of a sweep folder to `html_path` (atomically); return the path."""
+    _, rows, manifest = load_sweep_dir(sweep_dir)
+    axes: list[str] = list(manifest["axes"])
+    ok = [r for r in rows if r.get("point_status") == "ok"]
+    front = frontier_rows(rows, x, y)
+    facts = [
+        ("sweep file", str(manifest.get("source", "?"))),
+        ("swept keys", ", ".join(axes) or "(none)"),
+        ("grid points", str(manifest.get("grid_size", len(rows)))),
+        ("simulated", f"{len(ok)} ok, "
+                      f"{sum(r.get('point_status') == 'error' for r in rows)} crashed"),
+        ("frontier points", str(len(front))),
+    ]
+    for reason, n in sorted(manifest.get("dropped", {}).items(), key=lambda kv: -kv[1]):
+        facts.append(("dropped", f"{n}: {reason}"))
+    sections = [Section("Summary", "", html_body=facts_table(facts))]
+    if ok:
+        sections.append(Section(
+            "Frontier",
+            f"Each dot is one simulated config; the line joins the points that no other point "
+            f"beats on both {y.label} and {x.label}. Hover for the config.",
+            frontier_figure(rows, axes, x, y),
+        ))
+        if color_by is not None and color_by not in axes:
+            raise InputError(f"--color-by {color_by!r} is not a swept key ({', '.join(axes)})")
+        key = color_by or choose_color_key(ok, axes)
+        if key is not None:
+            sections.append(Section(
+                f"Frontier by {key}",
+                f"The same points coloured by {key}, each value with its own frontier: where "
+                "the lines cross, the better choice changes.",
+                split_figure(rows, axes, key, x, y),
+            ))
+        sections.append(Section(
+            "Latency against load",
+            "TTFT and TPOT percentiles against the achieved request rate, one colour per "
+            "config (the swept keys other than the load). A knee marks the load the config "
+            "can no longer keep up with.",
+            latency_figure(rows, axes, y),
+        ))
+        chosen = spread(front, MAX_BREAKDOWN_POINTS)
+        items = []
+        if breakdown:
+            for r in chosen:
+                path = sweep_dir / "points" / f"{r['point_id']}.yaml"
+                if path.is_file():
+                    parts = step_breakdown(path)
+                    if parts:
+                        items.append((_label(r, axes), parts))
+        if items:
+            sections.append(Section(
+                "Step-time breakdown",
+                "Mean time of one engine step for frontier points, split into the GPU time "
+                "bound by compute, by HBM traffic, by communication, by fixed kernel costs, and "
+                "the host (CPU) time the engine adds.",
+                breakdown_figure(items),
+            ))
+    else:
+        sections.append(Section("No results", "No point of this sweep simulated successfully."))
+    page = render_page(f"Sweep report: {Path(str(manifest.get('source', sweep_dir))).name}",
+                       "Predicted by the frontier simulator (analytical roofline costs in a "
+                       "discrete-event serving simulation); no GPU was used.", sections)
+    write_atomic(html_path, page)
+    return html_path

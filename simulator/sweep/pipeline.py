@@ -1,0 +1,210 @@
+"""`frontier sweep`: expand the grid, run the points into the store, then write the outputs.
+
+    DIR/store.jsonl        durable record of every finished point (append-only, see store.py)
+    DIR/points/<key>.yaml  the full scenario of every point (`frontier simulate` reruns it)
+    DIR/results.csv        one row per point (table.py), written atomically at the end
+    DIR/frontier.csv       the Pareto-optimal rows (frontier.py)
+    DIR/report.html        plotly report, one self-contained file (simulator/report)
+    DIR/sweep.json         what the other commands need: axes, drop counts, frontier axes
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from simulator.errors import InputError
+from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
+from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep
+from simulator.sweep.runners import (
+    RAY_INSTALL_HINT,
+    Evaluate,
+    Progress,
+    RayMissingError,
+    Task,
+    evaluate_point,
+    ray_available,
+    run_local,
+    run_ray,
+)
+from simulator.sweep.store import STORE_NAME, Record, ResultStore, write_atomic
+from simulator.sweep.table import Row, build_rows, columns_of, write_csv
+
+MANIFEST = "sweep.json"
+_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+@dataclass
+class SweepOutcome:
+    out_dir: Path
+    grid_size: int
+    runnable: int
+    resumed: int  # points found finished in the store and skipped
+    ran: int
+    ok: int
+    crashed: int
+    refused: int = 0  # run, but refused by the engine (counted in `dropped`)
+    dropped: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+    frontier: list[Row] = field(default_factory=list)
+    x: Axis = DEFAULT_X
+    y: Axis = DEFAULT_Y
+    written: list[str] = field(default_factory=list)
+    store_notes: list[str] = field(default_factory=list)
+
+    def summary_lines(self) -> list[str]:
+        before = self.grid_size - self.runnable
+        lines = [
+            f"grid: {self.grid_size} points; {before} dropped before running, "
+            f"{self.runnable} to run"
+            + (f" ({self.resumed} already in the store, skipped)" if self.resumed else "")
+        ]
+        lines.extend(self.store_notes)
+        for reason, n in self.dropped.most_common():
+            lines.append(f"{n} point{'s' if n != 1 else ''} dropped: {reason}")
+            if reason in self.examples:
+                lines.append(f"  e.g. {self.examples[reason]}")
+        refused = f", {self.refused} refused by the engine (counted above)" if self.refused else ""
+        retry = " (see point_error in results.csv; --resume retries them)" if self.crashed else ""
+        lines.append(f"{self.ran} points run now: {self.ok} simulated{refused}, "
+                     f"{self.crashed} crashed{retry}")
+        lines.append(f"frontier: {len(self.frontier)} points ({self.y.label} against "
+                     f"{self.x.label})")
+        lines.append("wrote " + ", ".join(self.written))
+        return lines
+
+
+def write_point_files(points_dir: Path, points: list[Point]) -> None:
+    """points/<key>.yaml for every point not yet written (the content never changes)."""
+    points_dir.mkdir(parents=True, exist_ok=True)
+    for p in points:
+        path = points_dir / f"{p.key}.yaml"
+        if not path.is_file() or path.stat().st_size == 0:
+            text = yaml.dump(p.scenario, Dumper=_Dumper, sort_keys=False)
+            write_atomic(path, f"# sweep point {p.key}: frontier simulate {path.name}\n{text}",
+                         durable=False)  # renamed into place whole; rewritten if found empty
+
+
+def _merge_drops(expansion: Expansion, points: list[Point],
+                 records: Mapping[str, Record]) -> tuple[Counter[str], dict[str, str]]:
+    dropped = Counter(expansion.dropped)
+    examples = dict(expansion.examples)
+    for p in points:
+        rec = records.get(p.key)
+        if rec is not None and rec["point_status"] == "dropped":
+            reason = rec.get("reason") or "refused by the engine"
+            dropped[reason] += 1
+            if reason not in examples and rec.get("error"):
+                examples[reason] = str(rec["error"])
+    return dropped, examples
+
+
+def run_sweep(
+    source: str | Path | Mapping[str, Any] | SweepSpec,
+    out_dir: str | Path,
+    *,
+    backend: str = "local",
+    workers: int | None = None,
+    resume: bool = False,
+    fresh: bool = False,
+    ray_address: str | None = None,
+    prices: Mapping[str, float] | None = None,
+    x: Axis = DEFAULT_X,
+    y: Axis = DEFAULT_Y,
+    report: bool = True,
+    color_by: str | None = None,
+    progress_stream: IO[str] | None = None,
+    evaluate: Evaluate = evaluate_point,
+) -> SweepOutcome:
+    """Run a sweep file into `out_dir` and write its outputs (module docstring)."""
+    if backend not in ("local", "ray"):
+        raise InputError(f"--backend {backend!r}: choose local or ray")
+    if backend == "ray" and not ray_available():
+        raise RayMissingError(RAY_INSTALL_HINT)
+    spec = source if isinstance(source, SweepSpec) else load_sweep(source)
+    expansion = expand(spec)
+    if not expansion.points:
+        reasons = "; ".join(f"{n} {r}" for r, n in expansion.dropped.most_common(3))
+        raise InputError(f"{spec.source}: no point left to run of {expansion.total} ({reasons})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = workers or _cpu_count()
+    with ResultStore(out / STORE_NAME, resume=resume, fresh=fresh) as store:
+        notes = []
+        if store.torn_bytes:
+            notes.append(f"store: ignored a torn last line ({store.torn_bytes} bytes) from an "
+                         f"interrupted run")
+        if store.bad_lines:
+            notes.append(f"store: skipped {store.bad_lines} unreadable line(s)")
+        finished = store.finished()
+        todo = [p for p in expansion.points if p.key not in finished]
+        write_point_files(out / "points", expansion.points)
+        tasks = [Task(p.key, p.values, p.scenario) for p in todo]
+        progress = Progress(len(tasks), progress_stream)
+        counts: Counter[str] = Counter()
+
+        def on_record(rec: Record) -> None:
+            store.append(rec)
+            counts[rec["point_status"]] += 1
+            progress.step()
+
+        try:
+            if backend == "ray":
+                run_ray(tasks, workers, on_record, ray_address, evaluate)
+            else:
+                run_local(tasks, workers, on_record, evaluate)
+        finally:
+            progress.close()
+        records = store.records()
+    outcome = SweepOutcome(out, expansion.total, len(expansion.points),
+                           len(expansion.points) - len(todo), len(tasks), counts["ok"],
+                           counts["error"], counts["dropped"], x=x, y=y, store_notes=notes)
+    finalize(out, spec, expansion, records, prices or {}, outcome, report, color_by)
+    return outcome
+
+
+def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[str, Record],
+             prices: Mapping[str, float], outcome: SweepOutcome, report: bool,
+             color_by: str | None) -> None:
+    """Compact the store into results.csv and frontier.csv (atomically), then the report."""
+    points = expansion.points
+    rows = build_rows(points, records, prices)
+    columns = columns_of(rows, spec.axes)
+    write_csv(out / "results.csv", rows, columns)
+    front = frontier_rows(rows, outcome.x, outcome.y)
+    write_csv(out / "frontier.csv", front, columns)
+    outcome.frontier = front
+    outcome.dropped, outcome.examples = _merge_drops(expansion, points, records)
+    manifest = {
+        "source": spec.source,
+        "axes": spec.axes,
+        "grid_size": expansion.total,
+        "points": len(points),
+        "dropped": dict(outcome.dropped),
+        "drop_examples": outcome.examples,
+        "x": {"column": outcome.x.column, "maximize": outcome.x.maximize,
+              "label": outcome.x.label},
+        "y": {"column": outcome.y.column, "maximize": outcome.y.maximize,
+              "label": outcome.y.label},
+    }
+    write_atomic(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    outcome.written = [str(out / "results.csv"), str(out / "frontier.csv")]
+    if report:
+        from simulator.report import write_sweep_report
+
+        write_sweep_report(out, out / "report.html", x=outcome.x, y=outcome.y,
+                           color_by=color_by)
+        outcome.written.append(str(out / "report.html"))
+    outcome.written.append(f"{out / 'points'}/ ({len(points)} scenarios)")
+
+
+def _cpu_count() -> int:
+    import os
+
+    return os.cpu_count() or 1

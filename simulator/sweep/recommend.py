@@ -1,0 +1,297 @@
+"""`frontier recommend`: the best config of a finished sweep under an SLO, and why the others
+lost.
+
+A point meets the SLO when its run completed, dropped no request, and each named latency
+percentile is within its target. Then, among those points:
+
+- `--rate R`: copies = ceil(R / the point's achieved requests/s); the cheapest total (USD per
+  hour when every GPU has a price, else the fewest GPUs) wins;
+- `--gpus N`: copies = floor(N / the point's GPUs); the most requests/s in N GPUs wins;
+- neither: the most requests/s per GPU wins.
+
+Ties go to the faster per-user speed (output tokens/s per user, p50), then to the point id.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import InputError
+from simulator.sweep.cost import price_per_gpu_hour
+from simulator.sweep.table import Row, number
+
+_SLO_NAME = re.compile(r"^([a-z0-9]+(?:_[a-z0-9]+)*?)_(p\d{1,2}|mean)_s$")
+PER_USER = "output_tokens_per_s_per_user.p50"
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def slo_column(name: str) -> str:
+    """'ttft_p99_s' -> 'ttft_s.p99' (the results.csv column the target bounds)."""
+    if "." in name:
+        return name
+    m = _SLO_NAME.match(name)
+    if not m:
+        raise InputError(f"--slo {name!r}: expected METRIC_PNN_s=SECONDS, e.g. ttft_p99_s=2 or "
+                         f"tpot_p99_s=0.05")
+    return f"{m.group(1)}_s.{m.group(2)}"
+
+
+def parse_slo(items: Sequence[str]) -> dict[str, float]:
+    """['ttft_p99_s=2', ...] -> {'ttft_s.p99': 2.0, ...}."""
+    targets: dict[str, float] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        try:
+            limit = float(raw)
+        except ValueError:
+            limit = math.nan
+        if not sep or not limit > 0:
+            raise InputError(f"--slo {item!r}: expected NAME=SECONDS with a positive number, "
+                             f"e.g. ttft_p99_s=2")
+        targets[slo_column(name.strip())] = limit
+    return targets
+
+
+def slo_from_scenario(scenario: Mapping[str, Any] | None) -> dict[str, float]:
+    slo = (scenario or {}).get("slo") or {}
+    return {slo_column(k): float(v) for k, v in slo.items() if v is not None}
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_point(path: str) -> dict[str, Any] | None:
+    try:
+        data = yaml.load(Path(path).read_text(), Loader=_Loader)
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def point_scenario(sweep_dir: Path, point_id: str) -> dict[str, Any] | None:
+    return _read_point(str(sweep_dir / "points" / f"{point_id}.yaml"))
+
+
+def slo_failures(row: Row, targets: Mapping[str, float]) -> list[str]:
+    """Why a row misses the SLO (empty: it meets it)."""
+    why = []
+    if row.get("point_status", "ok") != "ok":
+        return [f"not simulated ({row.get('point_status')})"]
+    if row.get("status", "completed") != "completed":
+        why.append(f"run stopped early ({row.get('status')}): overloaded")
+    dropped = number(row, "requests_dropped") or 0
+    if dropped > 0:
+        why.append(f"dropped {dropped:.0f} requests")
+    for col, limit in targets.items():
+        v = number(row, col)
+        if v is None:
+            why.append(f"{col} unknown")
+        elif v > limit:
+            why.append(f"{col} {v:.3g} s > {limit:g} s")
+    return why
+
+
+@dataclass
+class Candidate:
+    row: Row
+    gpu: str
+    gpus: int  # per copy of the config
+    requests_per_s: float
+    copies: int
+    usd_per_hour: float | None
+    score: tuple[float, ...] = ()
+
+    @property
+    def total_gpus(self) -> int:
+        return self.copies * self.gpus
+
+    @property
+    def per_user(self) -> float:
+        return number(self.row, PER_USER) or 0.0
+
+
+@dataclass
+class Recommendation:
+    mode: str  # rate | gpus | per_gpu
+    targets: dict[str, float]
+    ranked: list[Candidate]
+    failing: list[tuple[Row, list[str]]]
+    priced: bool
+    unpriced_gpus: list[str] = field(default_factory=list)
+    load: float | None = None
+
+    @property
+    def winner(self) -> Candidate | None:
+        return self.ranked[0] if self.ranked else None
+
+
+def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: Path | None = None,
+              gpus: int | None = None, rate: float | None = None,
+              prices: Mapping[str, float] | None = None,
+              gpu_of: Mapping[str, str] | None = None) -> Recommendation:
+    """Rank the rows that meet the SLO (module docstring). `gpu_of` maps point ids to GPU
+    profile names when no sweep folder is given."""
+    if gpus is not None and rate is not None:
+        raise InputError("give --gpus or --rate, not both")
+    prices = prices or {}
+    cands: list[Candidate] = []
+    failing: list[tuple[Row, list[str]]] = []
+    for row in rows:
+        why = slo_failures(row, targets)
+        rps = number(row, "requests_per_s") or 0.0
+        per_copy = int(number(row, "num_gpus") or 0)
+        if not why and (rps <= 0 or per_copy <= 0):
+            why = ["served no request"]
+        if why:
+            if row.get("point_status", "ok") == "ok":
+                failing.append((row, why))
+            continue
+        pid = str(row.get("point_id", ""))
+        gpu = (gpu_of or {}).get(pid, "")
+        if not gpu and sweep_dir is not None:
+            gpu = str(((point_scenario(sweep_dir, pid) or {}).get("hardware") or {}).get("gpu", ""))
+        if rate is not None:
+            copies = max(1, math.ceil(rate / rps - 1e-9))
+        elif gpus is not None:
+            copies = gpus // per_copy
+            if copies < 1:
+                failing.append((row, [f"needs {per_copy} GPUs, more than --gpus {gpus}"]))
+                continue
+        else:
+            copies = 1
+        price = price_per_gpu_hour(gpu, prices) if gpu else None
+        usd = None if price is None else price * copies * per_copy
+        cands.append(Candidate(row, gpu, per_copy, rps, copies, usd))
+    priced = bool(cands) and all(c.usd_per_hour is not None for c in cands)
+    unpriced = sorted({c.gpu or "?" for c in cands if c.usd_per_hour is None})
+    for c in cands:
+        tie = (-c.per_user,)
+        if rate is not None:
+            cost = c.usd_per_hour if priced and c.usd_per_hour is not None else c.total_gpus
+            c.score = (cost, *tie)
+        elif gpus is not None:
+            c.score = (-c.copies * c.requests_per_s, c.total_gpus, *tie)
+        else:
+            c.score = (-c.requests_per_s / c.gpus, *tie)
+    cands.sort(key=lambda c: (c.score, str(c.row.get("point_id", ""))))
+    mode = "rate" if rate is not None else "gpus" if gpus is not None else "per_gpu"
+    load = rate if rate is not None else float(gpus) if gpus is not None else None
+    return Recommendation(mode, dict(targets), cands, failing, priced, unpriced, load)
+
+
+def why_lost(c: Candidate, w: Candidate, rec: Recommendation) -> str:
+    if rec.mode == "rate":
+        setup = f"{c.copies} × {c.gpus} GPUs"
+        if rec.priced and c.usd_per_hour is not None and w.usd_per_hour is not None:
+            if c.usd_per_hour > w.usd_per_hour:
+                return f"costs ${c.usd_per_hour:,.2f}/h ({setup}) vs ${w.usd_per_hour:,.2f}/h"
+        elif c.total_gpus > w.total_gpus:
+            return f"needs {c.total_gpus} GPUs ({setup}) vs {w.total_gpus}"
+    elif rec.mode == "gpus":
+        a, b = c.copies * c.requests_per_s, w.copies * w.requests_per_s
+        if a < b:
+            return f"serves {a:.3g} req/s in {rec.load:g} GPUs vs {b:.3g}"
+        if c.total_gpus > w.total_gpus:
+            return f"same load but uses {c.total_gpus} GPUs vs {w.total_gpus}"
+    else:
+        a, b = c.requests_per_s / c.gpus, w.requests_per_s / w.gpus
+        if a < b:
+            return f"{a:.3g} req/s per GPU vs {b:.3g}"
+    return f"tie on the goal; slower per user ({c.per_user:.1f} vs {w.per_user:.1f} tok/s)"
+
+
+def short_names(axes: Sequence[str]) -> dict[str, str]:
+    """Each key path by its last component, or more of it where two would read the same."""
+    names = {}
+    for a in axes:
+        parts = a.split(".")
+        n = 1
+        while n < len(parts) and sum(x.split(".")[-n:] == parts[-n:] for x in axes) > 1:
+            n += 1
+        names[a] = ".".join(parts[-n:])
+    return names
+
+
+def describe(row: Row, axes: Sequence[str]) -> str:
+    """'tensor_parallel=4, replicas=2, weights=fp8' (the swept values of a row)."""
+    names = short_names(axes)
+    return ", ".join(f"{names[a]}={row.get(a)}" for a in axes) or str(row.get("point_id"))
+
+
+def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: Path | None,
+                          runner_ups: int = 5) -> list[str]:
+    slo = ", ".join(f"{k} <= {v:g} s" for k, v in rec.targets.items()) or "(none)"
+    if rec.mode == "rate":
+        goal = f"cheapest config serving {rec.load:g} req/s"
+    elif rec.mode == "gpus":
+        goal = f"most requests/s within {rec.load:g} GPUs"
+    else:
+        goal = "most requests/s per GPU"
+    lines = [f"goal: {goal}, within SLO {slo}"]
+    n_ok = len(rec.ranked)
+    lines.append(f"{n_ok} of {n_ok + len(rec.failing)} simulated points meet it")
+    if rec.mode == "rate" and not rec.priced and rec.ranked:
+        lines.append(
+            f"cost: no GPU price known for {', '.join(rec.unpriced_gpus)} (the profile has "
+            "none), so configs are ranked by GPU count; pass --gpu-price GPU=USD_PER_HOUR or "
+            "set FRONTIER_GPU_PRICES"
+        )
+    w = rec.winner
+    if w is None:
+        reasons: Counter[str] = Counter()
+        for _, why in rec.failing:
+            reasons.update(r.split(" ")[0] for r in why)
+        lines.append("no config meets the SLO; most common misses: "
+                     + ", ".join(f"{k} ({n})" for k, n in reasons.most_common(4)))
+        lines.extend(_closest_failures(rec, axes))
+        return lines
+    lines.append("")
+    lines.append(f"recommended: {describe(w.row, axes)}")
+    lines.append("  " + _facts(w))
+    if sweep_dir is not None:
+        point_file = sweep_dir / "points" / f"{w.row['point_id']}.yaml"
+        lines.append(f"  scenario: frontier simulate {point_file}")
+    if len(rec.ranked) > 1:
+        lines.append("")
+        lines.append("runner-ups (and why each lost):")
+        for i, c in enumerate(rec.ranked[1 : runner_ups + 1], start=2):
+            lines.append(f"  {i}. {describe(c.row, axes)}")
+            lines.append(f"     {why_lost(c, w, rec)}; {_facts(c)}")
+    lines.extend(_closest_failures(rec, axes))
+    return lines
+
+
+def _facts(c: Candidate) -> str:
+    r = c.row
+    parts = [f"{c.copies} × {c.gpus} GPU{'s' if c.gpus != 1 else ''}" if c.copies > 1
+             else f"{c.gpus} GPU{'s' if c.gpus != 1 else ''}",
+             f"{c.requests_per_s:.3g} req/s per copy"]
+    if c.usd_per_hour is not None:
+        parts.append(f"${c.usd_per_hour:,.2f}/h")
+    cost = number(r, "usd_per_million_output_tokens")
+    if cost is not None:
+        parts.append(f"${cost:.3g} per million output tokens")
+    for col, label in (("ttft_s.p99", "TTFT p99"), ("tpot_s.p99", "TPOT p99")):
+        v = number(r, col)
+        if v is not None:
+            parts.append(f"{label} {v:.3g} s")
+    parts.append(f"{c.per_user:.1f} tok/s per user")
+    return ", ".join(parts)
+
+
+def _closest_failures(rec: Recommendation, axes: Sequence[str], k: int = 3) -> list[str]:
+    """The highest-load points that miss the SLO, with the target they miss."""
+    if not rec.failing:
+        return []
+    best = sorted(rec.failing, key=lambda rw: -(number(rw[0], "requests_per_s") or 0.0))[:k]
+    lines = ["", f"missed the SLO ({len(rec.failing)} points; the busiest shown):"]
+    for row, why in best:
+        lines.append(f"  {describe(row, axes)}: {'; '.join(why)}")
+    return lines

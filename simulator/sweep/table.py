@@ -1,0 +1,172 @@
+"""Sweep rows: one flat dict per point (the columns of results.csv), written and read back.
+
+Columns: `point_id` (the key of `points/<key>.yaml`), `point_status` (ok | dropped | error),
+`point_error`, then the swept values under their key paths, then every result key flattened
+with dots (`ttft_s.p99`), then the derived `usd_per_million_output_tokens` and
+`energy_j_per_output_token`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.sweep.cost import (
+    board_power_w,
+    energy_j_per_output_token,
+    price_per_gpu_hour,
+    usd_per_million_output_tokens,
+)
+from simulator.sweep.grid import Point
+from simulator.sweep.store import Record, write_atomic
+
+Row = dict[str, Any]
+ID_COLUMNS = ("point_id", "point_status", "point_error")
+COST_COLUMN = "usd_per_million_output_tokens"
+ENERGY_COLUMN = "energy_j_per_output_token"
+DERIVED_COLUMNS = (COST_COLUMN, ENERGY_COLUMN)
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{'ttft_s': {'p99': 1.0}} -> {'ttft_s.p99': 1.0}; lists become '; '-joined text."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{name}."))
+        elif isinstance(value, list | tuple):
+            out[name] = "; ".join(str(v) for v in value)
+        else:
+            out[name] = value
+    return out
+
+
+def number(row: Mapping[str, Any], column: str) -> float | None:
+    """A finite float from a row, or None (missing, empty, text, NaN)."""
+    value = row.get(column)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def build_rows(
+    points: Sequence[Point], records: Mapping[str, Record], prices: Mapping[str, float]
+) -> list[Row]:
+    """One row per point that has a record, in grid order, with cost and energy derived."""
+    rows: list[Row] = []
+    for p in points:
+        rec = records.get(p.key)
+        if rec is None:
+            continue
+        row: Row = {
+            "point_id": p.key,
+            "point_status": rec["point_status"],
+            "point_error": rec.get("error"),
+        }
+        row.update(p.values)
+        if rec["point_status"] == "ok" and rec.get("result"):
+            result = flatten(rec["result"] or {})
+            row.update(result)
+            gpu = str(p.scenario.get("hardware", {}).get("gpu", ""))
+            gpus = number(row, "num_gpus") or 0.0
+            tps = number(row, "output_tokens_per_s") or 0.0
+            row[COST_COLUMN] = usd_per_million_output_tokens(
+                gpus, price_per_gpu_hour(gpu, prices), tps
+            )
+            row[ENERGY_COLUMN] = energy_j_per_output_token(
+                board_power_w(gpu), gpus, number(row, "gpu_busy_fraction"), tps
+            )
+        rows.append(row)
+    return rows
+
+
+def columns_of(rows: Iterable[Row], axes: Sequence[str]) -> list[str]:
+    """ID columns, swept paths, result keys in first-seen order, derived columns last."""
+    cols: dict[str, None] = dict.fromkeys([*ID_COLUMNS, *axes])
+    derived: dict[str, None] = {}
+    for row in rows:
+        for k in row:
+            if k in DERIVED_COLUMNS:
+                derived[k] = None
+            elif k not in cols:
+                cols[k] = None
+    return [*cols, *(c for c in DERIVED_COLUMNS if c in derived)]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ""
+    if isinstance(value, list | dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def to_csv(rows: Sequence[Row], columns: Sequence[str]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for row in rows:
+        w.writerow([_cell(row.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def write_csv(path: Path, rows: Sequence[Row], columns: Sequence[str]) -> None:
+    write_atomic(path, to_csv(rows, columns))
+
+
+def parse_cell(text: str) -> Any:
+    """Inverse of the CSV cell format: '' -> None, numbers, true/false, JSON, else text."""
+    if text == "":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
+
+
+def read_csv(path: Path) -> tuple[list[str], list[Row]]:
+    """Columns and rows of a results.csv written by `write_csv`."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return [], []
+        rows = [
+            {c: parse_cell(v) for c, v in zip(header, line, strict=False)} for line in reader
+        ]
+    return header, rows
+
+
+def swept_columns(columns: Sequence[str], result_start: str = "requests_completed") -> list[str]:
+    """The swept key paths of a results.csv header: between the ID and the result columns."""
+    out = []
+    for c in columns:
+        if c in ID_COLUMNS:
+            continue
+        if c == result_start:
+            break
+        out.append(c)
+    return out

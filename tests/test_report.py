@@ -1,0 +1,102 @@
+"""HTML reports: self-contained files (plotly.js inlined), and in a real headless browser the
+plots draw without console errors."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from sweep_helpers import REPO, small_sweep
+
+from simulator.cli import main
+from simulator.report import write_scenario_report
+from simulator.sweep import run_sweep
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("sweep")
+    run_sweep(small_sweep(), out, workers=2)
+    return out
+
+
+@pytest.fixture(scope="module")
+def scenario_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("single") / "chat.html"
+    write_scenario_report(REPO / "scenarios" / "chat-llama-3.1-8b-h100.yaml", out,
+                          ["workload.num_requests=200"])
+    return out
+
+
+def _assert_self_contained(html: str) -> None:
+    assert "<script src=" not in html  # nothing loaded from the network
+    assert "var Plotly=" in html  # plotly.js itself, inlined
+    assert "Plotly.newPlot" in html and len(html) > 1_000_000  # plotly.js inlined
+
+
+def test_sweep_report_is_one_self_contained_file(sweep_dir: Path) -> None:
+    html = (sweep_dir / "report.html").read_text()
+    _assert_self_contained(html)
+    assert html.count("Plotly.newPlot") >= 4  # frontier, split, latency, step breakdown
+    for title in ("Frontier", "Frontier by deployment.tensor_parallel", "Latency against load",
+                  "Step-time breakdown"):
+        assert f"<h2>{title}</h2>" in html
+    # hover shows the config
+    assert "deployment.tensor_parallel = 2" in html
+
+
+def test_report_command_regenerates_with_other_axes(sweep_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    main(["report", str(sweep_dir), "--out", str(out), "--x", "ttft_p99",
+          "--color-by", "deployment.precision.weights"])
+    html = out.read_text()
+    assert "TTFT p99 (s) (lower is better)" in html
+    assert "Frontier by deployment.precision.weights" in html
+
+
+def test_scenario_report_has_the_time_series(scenario_html: Path) -> None:
+    html = scenario_html.read_text()
+    _assert_self_contained(html)
+    assert "Batch, queue and KV cache over time" in html and "KV used" in html
+
+
+def test_scenario_report_refuses_a_sweep_file(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = REPO / "scenarios" / "sweeps" / "tp-vs-load-llama-70b-h100.yaml"
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(sweep), "--out", str(tmp_path / "x.html")])
+    assert exc.value.code == 2 and "frontier sweep" in capsys.readouterr().err
+
+
+def test_report_in_a_real_browser(sweep_dir: Path, scenario_html: Path) -> None:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (CI: apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (pip install '.[dev]')")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for path, want in ((sweep_dir / "report.html", 4), (scenario_html, 3)):
+                page = browser.new_page()
+                errors: list[str] = []
+                page.on("console", lambda m, errors=errors: errors.append(m.text)
+                        if m.type == "error" else None)
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(path.resolve().as_uri())
+                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+                plots = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
+                svgs = page.evaluate(
+                    "document.querySelectorAll('.js-plotly-plot .main-svg').length")
+                drawn = page.evaluate(
+                    "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace, "
+                    ".js-plotly-plot .barlayer .trace, .js-plotly-plot .gl-container').length")
+                assert plots >= want and svgs > 0 and drawn > 0, (path, plots, svgs, drawn)
+                assert errors == [], errors
+                page.close()
+        finally:
+            browser.close()
