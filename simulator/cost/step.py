@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
+import numpy.typing as npt
+
 from simulator.architecture import Architecture
 from simulator.cost.attention import attention_dims, windowed
 from simulator.cost.comm import allgather_time_s, allreduce_time_s, alltoall_time_s, p2p_time_s
@@ -24,6 +27,8 @@ from simulator.precision import attention_tensor_format, gemm_tensor_format, get
 
 BF16_BYTES = 2.0
 LOGIT_BYTES = 4.0
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,13 +416,37 @@ class StepModel:
             compute + memory + comm + overhead, tuple(ops), compute, memory, comm, overhead
         )
 
-    def time_s(self, b: BatchShape) -> float:
-        """Same total as cost(b).step_time_s, memoizing the token-count-only parts."""
-        tokens, rows = b.tokens, b.sampled_rows
+    def _token_and_head_s(self, tokens: int, rows: int) -> float:
+        """Time of everything but attention: memoized, it depends only on the two counts."""
         t = self._token_cache.get(tokens)
         if t is None:
             t = self._token_cache[tokens] = _sum_time(self.token_ops(tokens))
         h = self._head_cache.get(rows)
         if h is None:
             h = self._head_cache[rows] = _sum_time(self.head_ops(rows))
-        return t + h + self._attention_time_s(b)
+        return t + h
+
+    def time_s(self, b: BatchShape) -> float:
+        """Same total as cost(b).step_time_s, memoizing the token-count-only parts."""
+        return self._token_and_head_s(b.tokens, b.sampled_rows) + self._attention_time_s(b)
+
+    def decode_times_s(self, decode_seqs: int, context_tokens: FloatArray) -> FloatArray:
+        """time_s of pure decode steps of `decode_seqs` sequences, one per summed context in
+        `context_tokens`, vectorized (the serving engine's runs of unchanged batches). Same
+        operations in the same order as the scalar path, so the floats agree."""
+        base = self._token_and_head_s(decode_seqs, decode_seqs)
+        per_pair_p, per_pair_d, kv_tok, _, rate, bw, n_full, n_sw, layers = self._attn_consts
+        del per_pair_p
+        dp = self.layout.attention_data_parallel
+        ctx = (context_tokens + decode_seqs * 1) / dp
+        if n_sw and self.arch.sliding_window is not None:
+            ctx_sw = np.minimum(ctx, decode_seqs / dp * self.arch.sliding_window)
+        else:
+            ctx_sw = np.zeros_like(ctx)
+        work = n_full * ctx + n_sw * ctx_sw
+        flops = per_pair_d * 1 * work
+        nbytes = kv_tok * work
+        fixed = layers * self.hw.attention_decode_fixed_s
+        attention = np.maximum(flops / rate, nbytes / bw) + fixed
+        result: FloatArray = base + attention
+        return result

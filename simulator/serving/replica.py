@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import simpy
 
 from simulator.cost.step import StepModel
 from simulator.engine_style import EngineStyle
 from simulator.serving.request import Request
 from simulator.serving.scheduler import Scheduler, SchedulerConfig
+
+MAX_DECODE_RUN = 4096  # steps costed at once in a run of unchanged decode batches
+MIN_DECODE_RUN = 8  # below this, numpy's per-call cost outweighs the SimPy events it saves
 
 
 class StepLog:
@@ -117,6 +122,56 @@ class Replica:
             for r in sched.commit(planned, end):
                 self.finished += 1
                 self.on_finish(r)
+            if self.check is None and not log.detailed and sched.can_fast_forward():
+                yield from self._decode_run(dt)
+
+    def _decode_run(self, last_dt: float) -> Any:
+        """Run consecutive pure-decode steps as one SimPy timeout.
+
+        Valid while nothing changes the batch: no request finishes (stop before the first
+        finish step), no block shortage (stop before the decode set would run out), and no
+        other event happens (stop at the last step ending before the next scheduled event, so
+        an arrival still lands between the same two steps as it would step by step). Every
+        step is still costed (vectorized, the same arithmetic as StepModel.time_s) and logged.
+        """
+        env, sched, log = self.env, self.sched, self.log
+        now = env.now
+        # Steps likely to fit before the next event, judged by the last step (they only grow).
+        expected = (env.peek() - now) / last_dt if last_dt > 0 else math.inf
+        cap = min(sched.steps_before_next_finish(), MAX_DECODE_RUN, int(min(expected, 1e9)) + 1)
+        if cap < MIN_DECODE_RUN:
+            return  # a short run is cheaper step by step than vectorized
+        n = sched.num_decoding
+        offsets = np.arange(cap, dtype=np.float64)
+        gpu_s = self.model.decode_times_s(n, sched.decode_kv_sum + n * offsets)
+        host_s = self.style.host_time_s(n)
+        overlap = self.style.overlap_cpu_with_gpu
+        dts = np.maximum(gpu_s, host_s) if overlap else gpu_s + host_s
+        ends = now + np.cumsum(dts)
+        steps = int(np.searchsorted(ends, env.peek(), side="right"))
+        if not sched.cfg.reserve_full:
+            phases = np.asarray(sched.phase_counts(), dtype=np.int64)
+            needs = np.cumsum(phases[(sched.step + np.arange(steps)) % sched.cfg.block_size])
+            steps = min(steps, int(np.searchsorted(needs, sched.free_blocks, side="right")))
+            used = int(needs[steps - 1]) if steps else 0
+        else:
+            used = 0
+        if steps == 0:
+            return
+        elapsed = float(ends[steps - 1] - now)
+        yield env.timeout(elapsed)
+        sched.fast_forward(steps, used)
+        self.busy_s += elapsed
+        run = dts[:steps]
+        log.end_s.extend(ends[:steps].tolist())
+        log.duration_s.extend(run.tolist())
+        log.decode_tokens.extend([n] * steps)
+        first = 0
+        if self._stalled:
+            self._log_gaps(n, float(run[0]))
+            first = 1
+        log.itl_s.extend(run[first:].tolist())
+        log.itl_weight.extend([float(n)] * (steps - first))
 
     def _log_gaps(self, decoded: int, dt: float) -> None:
         """Record this step's inter-token gaps. A prefill-only step with decoders waiting adds

@@ -89,6 +89,7 @@ class Scheduler:
         self.decode_kv_sum = 0  # summed cached tokens of decoding requests at step start
         self._phase = [0] * cfg.block_size  # decoders needing a new block when step % bs == i
         self._finish: dict[int, list[tuple[Request, int]]] = {}
+        self._finish_steps: list[int] = []  # heap of the keys of _finish
         self._reserved_phase = -1  # phase whose decoders got a block this step (-1: none yet)
         self.preemptions = 0
         self.resume_gaps_s: list[float] = []  # token gaps that span a preemption (for ITL)
@@ -321,4 +322,33 @@ class Scheduler:
             r.blocks = 0  # from now on implicit: blocks_for(kv), one more per block boundary
             self._phase[(start_step - r.computed) % self.cfg.block_size] += 1
         last = start_step + (r.output_tokens - r.generated) - 1
-        self._finish.setdefault(last, []).append((r, r.decode_epoch))
+        bucket = self._finish.get(last)
+        if bucket is None:
+            bucket = self._finish[last] = []
+            heapq.heappush(self._finish_steps, last)
+        bucket.append((r, r.decode_epoch))
+
+    # ---- runs of pure decode steps (nothing arrives, finishes or prefills) ------------
+
+    def can_fast_forward(self) -> bool:
+        """Only decoders run and none waits: the next steps differ only in context length."""
+        return self.num_decoding > 0 and not self.prefilling and not len(self.waiting)
+
+    def steps_before_next_finish(self) -> int:
+        """Decode steps that can run before the first one in which a request finishes."""
+        heap = self._finish_steps
+        while heap and heap[0] not in self._finish:
+            heapq.heappop(heap)
+        return (heap[0] - self.step) if heap else 0
+
+    def phase_counts(self) -> list[int]:
+        """Decoders that need a new KV block at decode steps congruent to i mod block_size."""
+        return self._phase
+
+    def fast_forward(self, steps: int, blocks: int) -> None:
+        """Commit `steps` pure decode steps at once: every decoder gained `steps` tokens."""
+        n = self.num_decoding
+        self.step += steps
+        self.decode_kv_sum += n * steps
+        self.outstanding_tokens -= n * steps
+        self.free_blocks -= blocks
