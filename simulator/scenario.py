@@ -9,7 +9,7 @@ error locations: a user reads `workload.arrival.rate_per_s`, not `workload.arriv
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -17,7 +17,6 @@ import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -26,58 +25,41 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from simulator.errors import InputError, format_validation_error
 
-PosInt = Annotated[int, Field(ge=1)]
-PosFloat = Annotated[float, Field(gt=0)]
-# Token counts: beyond any context window (such requests are dropped), but within int64 math.
-MAX_TOKENS = 1_000_000_000
-Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
-Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
-NumberFormat = Literal["bf16", "fp16", "fp8", "mxfp4", "nvfp4", "int8", "int4"]
-WEIGHT_ONLY_FORMATS = frozenset({"int4"})  # group-quantized (AWQ/GPTQ): no int4 activations
-
-
-def _invalid(message: str, kind: str = "invalid_value") -> PydanticCustomError:
-    """A validation error whose message is exactly `message` (no 'Value error, ' prefix)."""
-    return PydanticCustomError(kind, "{message}", {"message": message})
-
-
-class _Strict(BaseModel):
-    # allow_inf_nan=False: no key means anything at .inf or .nan (rates, lengths, times)
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-# ---------------------------------------------------------------------------- tagged unions
-
-
-def _tag_of(value: Any) -> str | None:
-    kind = value.get("kind") if isinstance(value, Mapping) else getattr(value, "kind", None)
-    return f"{kind}-tag" if isinstance(kind, str) else None
-
-
-def _kind_checker(
-    where: str, variants: Mapping[str, type[BaseModel]], default: str | None = None
-) -> Callable[[Any], Any]:
-    """Before-validator: a clear sentence for a missing or unknown `kind`; fills the default."""
-    valid = ", ".join(variants)
-
-    def check(value: Any) -> Any:
-        if isinstance(value, BaseModel):
-            return value
-        if not isinstance(value, Mapping):
-            raise _invalid(f"{where} must be a mapping with a kind (one of: {valid})")
-        kind = value.get("kind", default)
-        if kind is None:
-            raise _invalid(f"{where} needs a kind (one of: {valid})", "missing")
-        if not isinstance(kind, str) or kind not in variants:  # a list or dict is unhashable
-            raise _invalid(f"{where} kind {kind!r} is not one of: {valid}")
-        return value if "kind" in value else {**value, "kind": kind}
-
-    return check
-
+# Re-exported: the workload models are part of the scenario schema's public names.
+from simulator.schema_common import MAX_TOKENS as MAX_TOKENS
+from simulator.schema_common import (
+    WEIGHT_ONLY_FORMATS,
+    NumberFormat,
+    PosFloat,
+    PosInt,
+    _invalid,
+    _kind_checker,
+    _Strict,
+    _tag_of,
+)
+from simulator.workload_spec import (
+    ARRIVAL_KINDS,
+    LENGTH_KINDS,
+    Workload,
+)
+from simulator.workload_spec import ArrivalSpec as ArrivalSpec
+from simulator.workload_spec import ClosedLoopArrival as ClosedLoopArrival
+from simulator.workload_spec import ConstantArrival as ConstantArrival
+from simulator.workload_spec import EmpiricalLengths as EmpiricalLengths
+from simulator.workload_spec import FixedLengths as FixedLengths
+from simulator.workload_spec import GammaArrival as GammaArrival
+from simulator.workload_spec import LengthSpec as LengthSpec
+from simulator.workload_spec import LognormalLengths as LognormalLengths
+from simulator.workload_spec import NormalLengths as NormalLengths
+from simulator.workload_spec import OfflineArrival as OfflineArrival
+from simulator.workload_spec import PoissonArrival as PoissonArrival
+from simulator.workload_spec import Priorities as Priorities
+from simulator.workload_spec import TraceArrival as TraceArrival
+from simulator.workload_spec import UniformLengths as UniformLengths
+from simulator.yamlfile import load_yaml_mapping
 
 # ------------------------------------------------------------------------------- deployment
 
@@ -245,214 +227,6 @@ class HardwareConfig(_Strict):
     gpu: Annotated[str, Field(min_length=1)]  # hardware profile name, e.g. h200-sxm
     gpus_per_node: Annotated[int, Field(ge=1, le=72)] = 8
     nodes: Annotated[int, Field(ge=1, le=100_000)] = 1
-
-
-# --------------------------------------------------------------------------------- workload
-
-
-class OfflineArrival(_Strict):
-    """Every request is present at time zero."""
-
-    kind: Literal["offline"] = "offline"
-
-
-class PoissonArrival(_Strict):
-    kind: Literal["poisson"] = "poisson"
-    rate_per_s: PosFloat
-
-
-class GammaArrival(_Strict):
-    """Renewal process with gamma gaps: cv 1 is Poisson, cv > 1 is burstier."""
-
-    kind: Literal["gamma"] = "gamma"
-    rate_per_s: PosFloat
-    cv: PosFloat  # coefficient of variation of the gaps
-
-
-class ConstantArrival(_Strict):
-    kind: Literal["constant"] = "constant"
-    rate_per_s: PosFloat
-
-
-class ClosedLoopArrival(_Strict):
-    """`concurrency` requests in flight; a new one is sent when one finishes."""
-
-    kind: Literal["closed_loop"] = "closed_loop"
-    concurrency: PosInt
-
-
-class TraceArrival(_Strict):
-    """Arrival times and lengths from a CSV (path relative to the scenario file)."""
-
-    kind: Literal["trace"] = "trace"
-    path: Annotated[str, Field(min_length=1)]
-    time_scale: PosFloat = 1.0  # multiplies the trace's times: 0.5 replays twice as fast
-
-
-ARRIVAL_KINDS: dict[str, type[BaseModel]] = {
-    "offline": OfflineArrival,
-    "poisson": PoissonArrival,
-    "gamma": GammaArrival,
-    "constant": ConstantArrival,
-    "closed_loop": ClosedLoopArrival,
-    "trace": TraceArrival,
-}
-ArrivalSpec = Annotated[
-    Annotated[OfflineArrival, Tag("offline-tag")]
-    | Annotated[PoissonArrival, Tag("poisson-tag")]
-    | Annotated[GammaArrival, Tag("gamma-tag")]
-    | Annotated[ConstantArrival, Tag("constant-tag")]
-    | Annotated[ClosedLoopArrival, Tag("closed_loop-tag")]
-    | Annotated[TraceArrival, Tag("trace-tag")],
-    Discriminator(_tag_of),
-    BeforeValidator(_kind_checker("arrival", ARRIVAL_KINDS)),
-]
-
-
-class _Clipped(_Strict):
-    """Optional clipping of samples to [min, max] tokens."""
-
-    min: Tokens | None = None
-    max: Tokens | None = None
-
-    @field_validator("max")
-    @classmethod
-    def _min_le_max(cls, v: int | None, info: ValidationInfo) -> int | None:
-        lo = info.data.get("min")
-        if v is not None and lo is not None and v < lo:
-            raise _invalid(f"max {v} is below min {lo}")
-        return v
-
-
-class FixedLengths(_Strict):
-    kind: Literal["fixed"] = "fixed"
-    value: Tokens
-
-
-class UniformLengths(_Strict):
-    """Integers uniform on [min, max], both included."""
-
-    kind: Literal["uniform"] = "uniform"
-    min: Tokens
-    max: Tokens
-
-    @field_validator("max")
-    @classmethod
-    def _min_le_max(cls, v: int, info: ValidationInfo) -> int:
-        lo = info.data.get("min")
-        if lo is not None and v < lo:
-            raise _invalid(f"max {v} is below min {lo}")
-        return v
-
-
-class NormalLengths(_Clipped):
-    kind: Literal["normal"] = "normal"
-    mean: PosFloat
-    std: Annotated[float, Field(ge=0)]
-
-
-class LognormalLengths(_Clipped):
-    """Lognormal lengths, given by exactly one of: {median, sigma}, {median, p90}, {mean, sigma}.
-
-    `sigma` is the standard deviation of log(length); `mean` is the mean of the lengths
-    themselves (not of their logarithm).
-    """
-
-    kind: Literal["lognormal"] = "lognormal"
-    median: PosFloat | None = None
-    p90: PosFloat | None = None
-    mean: PosFloat | None = None
-    sigma: PosFloat | None = None
-
-    @model_validator(mode="after")
-    def _one_parametrization(self) -> LognormalLengths:
-        given = {k for k in ("median", "p90", "mean", "sigma") if getattr(self, k) is not None}
-        if given not in ({"median", "sigma"}, {"median", "p90"}, {"mean", "sigma"}):
-            got = "+".join(k for k in ("median", "p90", "mean", "sigma") if k in given)
-            raise _invalid(
-                "lognormal takes exactly one of median+sigma, median+p90 or mean+sigma "
-                f"(got {got or 'none of them'})"
-            )
-        if self.p90 is not None and self.median is not None and self.p90 <= self.median:
-            raise _invalid(f"lognormal p90 {self.p90} must be above median {self.median}")
-        return self
-
-
-class EmpiricalLengths(_Clipped):
-    """Resampled (with replacement) from inline `values` or from a CSV `column` at `path`."""
-
-    kind: Literal["empirical"] = "empirical"
-    values: Annotated[tuple[Tokens, ...], Field(min_length=1)] | None = None
-    path: Annotated[str, Field(min_length=1)] | None = None
-    column: Annotated[str, Field(min_length=1)] | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> EmpiricalLengths:
-        has_file = self.path is not None or self.column is not None
-        if self.values is not None and has_file:
-            raise _invalid("empirical takes either values or path+column, not both")
-        if self.values is None and (self.path is None or self.column is None):
-            raise _invalid("empirical needs values, or both path and column (a CSV column)")
-        return self
-
-
-LENGTH_KINDS: dict[str, type[BaseModel]] = {
-    "fixed": FixedLengths,
-    "uniform": UniformLengths,
-    "normal": NormalLengths,
-    "lognormal": LognormalLengths,
-    "empirical": EmpiricalLengths,
-}
-LengthSpec = Annotated[
-    Annotated[FixedLengths, Tag("fixed-tag")]
-    | Annotated[UniformLengths, Tag("uniform-tag")]
-    | Annotated[NormalLengths, Tag("normal-tag")]
-    | Annotated[LognormalLengths, Tag("lognormal-tag")]
-    | Annotated[EmpiricalLengths, Tag("empirical-tag")],
-    Discriminator(_tag_of),
-    BeforeValidator(_kind_checker("lengths", LENGTH_KINDS)),
-]
-
-
-class Priorities(_Strict):
-    """Each request draws a priority; lower value is served first (vLLM convention)."""
-
-    values: Annotated[tuple[Int32, ...], Field(min_length=1)]
-    weights: Annotated[tuple[PosFloat, ...], Field(min_length=1)]
-
-    @field_validator("weights")
-    @classmethod
-    def _same_length(cls, v: tuple[float, ...], info: ValidationInfo) -> tuple[float, ...]:
-        values = info.data.get("values")
-        if values is not None and len(values) != len(v):
-            raise _invalid(f"{len(v)} weights for {len(values)} values; give one weight each")
-        return v
-
-
-class Workload(_Strict):
-    arrival: ArrivalSpec
-    input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
-    output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
-    num_requests: Annotated[int, Field(ge=1, le=100_000_000)] = 1000
-    seed: Annotated[int, Field(ge=0)] = 0
-    priorities: Priorities | None = None
-
-    @field_validator("input_tokens", "output_tokens")
-    @classmethod
-    def _lengths_unless_trace(cls, v: Any, info: ValidationInfo) -> Any:
-        arrival = info.data.get("arrival")
-        if arrival is None:  # arrival itself failed; that error is reported
-            return v
-        if isinstance(arrival, TraceArrival) and v is not None:
-            raise _invalid(
-                f"{info.field_name} must be left out with trace arrivals (the trace gives lengths)"
-            )
-        if not isinstance(arrival, TraceArrival) and v is None:
-            raise _invalid(
-                "required (e.g. {kind: fixed, value: 1000}) unless arrival.kind is trace",
-                "missing",
-            )
-        return v
 
 
 class SLO(_Strict):
@@ -629,19 +403,7 @@ def load_scenario_file(
     else:
         path = Path(path_or_dict)
         source, base_dir = str(path), path.resolve().parent
-        if not path.is_file():
-            raise InputError(f"{path}: scenario file not found")
-        try:
-            loaded = yaml.safe_load(path.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise InputError(f"{path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
-        if not isinstance(loaded, dict):
-            got = "an empty file" if loaded is None else f"a {type(loaded).__name__}"
-            raise InputError(
-                f"{path}: a scenario must be a YAML mapping of keys (model, hardware, "
-                f"workload, ...); got {got}"
-            )
-        data = loaded
+        data = load_yaml_mapping(path, "scenario", "keys (model, hardware, workload, ...)")
     data = apply_overrides(data, overrides)
     try:
         scenario = Scenario.model_validate(data)

@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.errors import InputError
 from simulator.scenario import apply_overrides, load_scenario_file, scenario_to_dict
 from simulator.sweep.expr import Constraint, parse_constraint
+from simulator.yamlfile import load_yaml_mapping
 
 SWEEP_KEYS = ("sweep", "constraints")
 
@@ -157,14 +156,7 @@ def load_sweep(path_or_dict: str | Path | Mapping[str, Any]) -> SweepSpec:
     if isinstance(path_or_dict, Mapping):
         return parse_sweep(path_or_dict, None)
     path = Path(path_or_dict)
-    if not path.is_file():
-        raise InputError(f"{path}: sweep file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise InputError(f"{path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: a sweep file must be a YAML mapping (a scenario plus sweep:)")
+    data = load_yaml_mapping(path, "sweep", "scenario keys plus sweep:")
     return parse_sweep(data, path.resolve().parent, str(path))
 
 

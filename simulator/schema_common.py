@@ -1,0 +1,59 @@
+"""Building blocks shared by the scenario schema's parts: strict models, bounded numbers, and
+tagged unions chosen by `kind` (their pydantic tags end in `-tag` so error locations read
+`workload.arrival.rate_per_s`, not `workload.arrival.poisson...`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+PosInt = Annotated[int, Field(ge=1)]
+PosFloat = Annotated[float, Field(gt=0)]
+# Token counts: beyond any context window (such requests are dropped), but within int64 math.
+MAX_TOKENS = 1_000_000_000
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+NumberFormat = Literal["bf16", "fp16", "fp8", "mxfp4", "nvfp4", "int8", "int4"]
+WEIGHT_ONLY_FORMATS = frozenset({"int4"})  # group-quantized (AWQ/GPTQ): no int4 activations
+
+
+def _invalid(message: str, kind: str = "invalid_value") -> PydanticCustomError:
+    """A validation error whose message is exactly `message` (no 'Value error, ' prefix)."""
+    return PydanticCustomError(kind, "{message}", {"message": message})
+
+
+class _Strict(BaseModel):
+    # allow_inf_nan=False: no key means anything at .inf or .nan (rates, lengths, times)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# ---------------------------------------------------------------------------- tagged unions
+
+
+def _tag_of(value: Any) -> str | None:
+    kind = value.get("kind") if isinstance(value, Mapping) else getattr(value, "kind", None)
+    return f"{kind}-tag" if isinstance(kind, str) else None
+
+
+def _kind_checker(
+    where: str, variants: Mapping[str, type[BaseModel]], default: str | None = None
+) -> Callable[[Any], Any]:
+    """Before-validator: a clear sentence for a missing or unknown `kind`; fills the default."""
+    valid = ", ".join(variants)
+
+    def check(value: Any) -> Any:
+        if isinstance(value, BaseModel):
+            return value
+        if not isinstance(value, Mapping):
+            raise _invalid(f"{where} must be a mapping with a kind (one of: {valid})")
+        kind = value.get("kind", default)
+        if kind is None:
+            raise _invalid(f"{where} needs a kind (one of: {valid})", "missing")
+        if not isinstance(kind, str) or kind not in variants:  # a list or dict is unhashable
+            raise _invalid(f"{where} kind {kind!r} is not one of: {valid}")
+        return value if "kind" in value else {**value, "kind": kind}
+
+    return check
