@@ -7,6 +7,7 @@ the GPU step. The figures live in engine_styles.yaml with their sources, not in 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -51,6 +52,12 @@ class EngineStyle:
 
 
 def load_engine_styles(path: Path = STYLES_PATH) -> dict[str, EngineStyle]:
+    """Every style in the file, parsed once per path (sweeps build thousands of engines)."""
+    return dict(_load_engine_styles(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
