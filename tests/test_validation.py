@@ -47,3 +47,22 @@ def test_pending_rows_say_what_is_missing() -> None:
 
 def test_every_row_cites_a_source() -> None:
     assert all(r.source for r in load_rows())
+
+
+def test_ranking_within_model_and_gpu_matches_measurements(result: dict) -> None:
+    """Within one model on one GPU the simulator must order the measured setups as the
+    measurements do (here: the TRT-LLM input/output shapes), whatever its absolute error."""
+    rows = {r.id: r for r in load_rows()}
+    groups: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for r in result["rows"]:
+        row = rows[r["id"]]
+        key = (row.model, row.gpu, row.metric)
+        groups.setdefault(key, []).append((r["measured"], r["predicted"]))
+    checked = 0
+    for key, pairs in groups.items():
+        if len(pairs) < 2:
+            continue
+        by_measured = [p for _, p in sorted(pairs)]
+        assert by_measured == sorted(by_measured), f"{key}: predicted order differs: {pairs}"
+        checked += 1
+    assert checked >= 4

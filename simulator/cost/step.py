@@ -441,9 +441,9 @@ class StepModel:
         ctx = (context_tokens + decode_seqs * 1) / dp
         if n_sw and self.arch.sliding_window is not None:
             ctx_sw = np.minimum(ctx, decode_seqs / dp * self.arch.sliding_window)
+            work = n_full * ctx + n_sw * ctx_sw
         else:
-            ctx_sw = np.zeros_like(ctx)
-        work = n_full * ctx + n_sw * ctx_sw
+            work = n_full * ctx + 0.0  # the scalar path adds n_sw * 0.0
         flops = per_pair_d * 1 * work
         nbytes = kv_tok * work
         fixed = layers * self.hw.attention_decode_fixed_s

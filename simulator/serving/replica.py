@@ -163,15 +163,15 @@ class Replica:
         sched.fast_forward(steps, used)
         self.busy_s += elapsed
         run = dts[:steps]
-        log.end_s.extend(ends[:steps].tolist())
-        log.duration_s.extend(run.tolist())
-        log.decode_tokens.extend([n] * steps)
+        log.end_s.frombytes(ends[:steps].tobytes())
+        log.duration_s.frombytes(run.tobytes())
+        log.decode_tokens.frombytes(np.full(steps, n, dtype=np.int64).tobytes())
         first = 0
         if self._stalled:
             self._log_gaps(n, float(run[0]))
             first = 1
-        log.itl_s.extend(run[first:].tolist())
-        log.itl_weight.extend([float(n)] * (steps - first))
+        log.itl_s.frombytes(run[first:].tobytes())
+        log.itl_weight.frombytes(np.full(steps - first, n, dtype=np.float64).tobytes())
 
     def _log_gaps(self, decoded: int, dt: float) -> None:
         """Record this step's inter-token gaps. A prefill-only step with decoders waiting adds
