@@ -95,10 +95,15 @@ class Replica:
             yield env.timeout(dt)
             end = env.now
             self.busy_s += dt
+            decoded = planned.batch.decode_seqs
             log.end_s.append(end)
             log.duration_s.append(dt)
-            log.decode_tokens.append(planned.batch.decode_seqs)
-            self._log_gaps(planned.batch.decode_seqs, dt)
+            log.decode_tokens.append(decoded)
+            if decoded and not self._stalled:
+                log.itl_s.append(dt)
+                log.itl_weight.append(decoded)
+            else:
+                self._log_gaps(decoded, dt)
             if log.detailed:
                 c = self.model.cost(planned.batch)
                 log.rows.append(
@@ -138,9 +143,11 @@ class Replica:
         now = env.now
         # Steps likely to fit before the next event, judged by the last step (they only grow).
         expected = (env.peek() - now) / last_dt if last_dt > 0 else math.inf
+        if expected < MIN_DECODE_RUN:
+            return  # a short run is cheaper step by step than vectorized
         cap = min(sched.steps_before_next_finish(), MAX_DECODE_RUN, int(min(expected, 1e9)) + 1)
         if cap < MIN_DECODE_RUN:
-            return  # a short run is cheaper step by step than vectorized
+            return
         n = sched.num_decoding
         offsets = np.arange(cap, dtype=np.float64)
         gpu_s = self.model.decode_times_s(n, sched.decode_kv_sum + n * offsets)
