@@ -394,11 +394,15 @@ class StepModel:
 
     def _attention_time_s(self, b: BatchShape) -> float:
         """sum(op.time_s for op in attention_ops(b)) without building rows (the hot path)."""
-        *_, rate, bw, _, _, layers = self._attn_consts
+        consts = self._attn_consts
+        rate, bw, layers = consts[4], consts[5], consts[8]
+        prefill_fixed, decode_fixed = self._attention_fixed_s()
+        prefill, decode = self._attention_terms(b)
         t = 0.0
-        for terms, fixed in zip(self._attention_terms(b), self._attention_fixed_s(), strict=True):
-            if terms is not None:
-                t += max(terms[0] / rate, terms[1] / bw) + layers * fixed
+        if prefill is not None:
+            t += max(prefill[0] / rate, prefill[1] / bw) + layers * prefill_fixed
+        if decode is not None:
+            t += max(decode[0] / rate, decode[1] / bw) + layers * decode_fixed
         return t
 
     # ---- the two public questions ------------------------------------------------------
