@@ -66,3 +66,10 @@ def test_ranking_within_model_and_gpu_matches_measurements(result: dict) -> None
         assert by_measured == sorted(by_measured), f"{key}: predicted order differs: {pairs}"
         checked += 1
     assert checked >= 4
+
+
+def test_uncertainty_band_covers_most_rows() -> None:
+    """The low/high efficiency profiles (each GPU's stated spread of its measured factors)
+    should bracket the measurement on most calibration rows; the report states the figure."""
+    coverage = run_validation(subset="trtllm-perf-overview", band=True)["band_coverage"]
+    assert coverage is not None and coverage > 0.5, coverage
