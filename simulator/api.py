@@ -27,6 +27,7 @@ from simulator.serving.simulation import (
     run,
 )
 from simulator.serving.workload import build_stream
+from simulator.shipped import resolve_scenario
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,13 @@ def load_scenario(
     path_or_dict: str | Path | Mapping[str, Any] | LoadedScenario,
     overrides: Sequence[str] = (),
 ) -> LoadedScenario:
-    """Read and validate a scenario (file path or dict), applying `key.path=value` overrides,
-    and check that its deployment can run (model loads, layout splits, weights fit)."""
+    """Read and validate a scenario (file path, shipped scenario name, or dict), applying
+    `key.path=value` overrides, and check that its deployment can run (model loads, layout
+    splits, weights fit)."""
     if isinstance(path_or_dict, LoadedScenario):
         return path_or_dict
+    if isinstance(path_or_dict, str | Path):
+        path_or_dict = resolve_scenario(path_or_dict)
     scenario, base_dir = load_scenario_file(path_or_dict, overrides)
     build_engine(scenario, base_dir)
     return LoadedScenario(scenario, base_dir)

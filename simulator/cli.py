@@ -143,6 +143,23 @@ def models() -> None:
     """The model catalog."""
 
 
+@cli.group()
+def scenarios() -> None:
+    """The scenarios that ship with frontier."""
+
+
+@scenarios.command("list")
+def scenarios_list() -> None:
+    """Every shipped scenario: its name (usable in place of a path) and what it teaches."""
+    from simulator.shipped import shipped_scenarios
+
+    found = shipped_scenarios()
+    width = max(len(n) for n in found)
+    for name, path in found.items():
+        first = next((ln for ln in path.read_text().splitlines() if ln.startswith("#")), "")
+        click.echo(f"{name:<{width}}  {first.lstrip('# ').strip()}")
+
+
 @models.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def models_list(as_json: bool) -> None:

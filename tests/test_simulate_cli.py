@@ -151,3 +151,20 @@ def test_entry_point_subprocess(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stdout == ""
     line = _one_line_error(bad.stderr)
     assert CHAT in line and "workload.bogus" in line
+
+
+def test_shipped_scenario_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a plain pip install there is no scenarios/ folder in the working directory: a
+    shipped scenario's name works in place of its path, and `scenarios list` shows them all."""
+    from simulator.shipped import shipped_scenarios
+
+    monkeypatch.chdir(tmp_path)
+    loaded = simulator.load_scenario("chat-llama-3.1-8b-h100", ["workload.num_requests=5"])
+    assert loaded.scenario.model == "llama-3.1-8b"
+    names = set(shipped_scenarios())
+    assert {"chat-llama-3.1-8b-h100", "sweeps/tp-vs-load-llama-70b-h100"} <= names
+    out = subprocess.run(
+        [sys.executable, "-m", "simulator", "scenarios", "list"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert all(n in out for n in names)

@@ -22,6 +22,7 @@ from typing import Any
 
 from simulator.errors import InputError
 from simulator.scenario import apply_overrides, load_scenario_file, scenario_to_dict
+from simulator.shipped import resolve_scenario
 from simulator.sweep.expr import Constraint, parse_constraint
 from simulator.yamlfile import load_yaml_mapping
 
@@ -155,7 +156,7 @@ def load_sweep(path_or_dict: str | Path | Mapping[str, Any]) -> SweepSpec:
     """Read a sweep file (or a dict of the same shape)."""
     if isinstance(path_or_dict, Mapping):
         return parse_sweep(path_or_dict, None)
-    path = Path(path_or_dict)
+    path = resolve_scenario(path_or_dict)
     data = load_yaml_mapping(path, "sweep", "scenario keys plus sweep:")
     return parse_sweep(data, path.resolve().parent, str(path))
 
