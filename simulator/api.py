@@ -49,6 +49,26 @@ class Result:
     kv_capacity_tokens: int
     warnings: list[str] = field(default_factory=list)
     timeseries: npt.NDArray[np.float64] | None = None  # rows of TIMESERIES_COLUMNS
+    # Compact token clock: per replica, the end time of each of its decode steps; plus, for
+    # preempted requests only, their earlier decode-step ranges and re-prefill token times.
+    decode_end_s: list[npt.NDArray[np.float64]] = field(default_factory=list)
+    token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = field(
+        default_factory=dict
+    )
+
+    def token_times(self, i: int) -> npt.NDArray[np.float64]:
+        """Times at which request i emitted each of its output tokens (empty if it did not
+        finish): its first token, then one per decode step it took part in."""
+        rec = self.requests[i]
+        if not np.isfinite(rec["finish_s"]) or rec["drop_reason"]:
+            return np.empty(0)
+        clock = self.decode_end_s[int(rec["replica"])]
+        past, resumed = self.token_history.get(i, ([], []))
+        parts = [np.array([rec["first_token_s"]]), np.asarray(resumed, dtype=np.float64)]
+        parts += [clock[a : b + 1] for a, b in past]
+        if rec["decode_last_step"] >= 0:
+            parts.append(clock[int(rec["decode_first_step"]) : int(rec["decode_last_step"]) + 1])
+        return np.sort(np.concatenate(parts))
 
     def to_dict(self) -> dict[str, Any]:
         """The result JSON: DESIGN.md keys, then run status and engine facts."""
@@ -130,7 +150,7 @@ def simulate(
         ts = np.asarray(out.step_log.rows, dtype=np.float64).reshape(-1, len(TIMESERIES_COLUMNS))
     result = Result(
         summary, out.records, out.status, out.preemptions, engine.memory.kv_capacity_tokens,
-        warnings, ts,
+        warnings, ts, out.decode_end_s, out.token_history,
     )
     if hook is not None and hasattr(hook, "check_result"):
         hook.check_result(result)

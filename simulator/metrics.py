@@ -34,6 +34,11 @@ RECORD_DTYPE = np.dtype(
         ("preemptions", "i4"),
         ("replica", "i4"),
         ("drop_reason", "i1"),  # index into DROP_REASONS; 0 = not dropped
+        # The replica's decode steps that emitted its tokens after the first (the last run of
+        # them for a preempted request); -1 when it never decoded. Token times live in the
+        # replica's decode-step clock: Result.token_times(i).
+        ("decode_first_step", "i8"),
+        ("decode_last_step", "i8"),
     ]
 )
 

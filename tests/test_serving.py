@@ -748,3 +748,31 @@ def test_decode_runs_match_step_by_step(chunked: bool) -> None:
     for block in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         for q in ("mean", "p50", "p90", "p99"):
             assert a[block][q] == pytest.approx(b[block][q], rel=1e-6), (block, q)
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_token_times_reconstruct_every_token(chunked: bool) -> None:
+    """Each finished request's token times come back from the compact clock: exactly
+    output_tokens of them, starting at its first token, ending at its finish, never going
+    backwards, also for requests preempted and recomputed (a small KV pool forces it)."""
+    sc = make(
+        deployment={
+            "gpu_memory_utilization": 0.225,
+            "scheduler": {"chunked_prefill": chunked, "max_num_seqs": 64},
+        },
+        workload={
+            "arrival": {"kind": "offline"},
+            "input_tokens": {"kind": "uniform", "min": 200, "max": 900},
+            "output_tokens": {"kind": "uniform", "min": 1, "max": 700},
+            "num_requests": 80,
+            "seed": 11,
+        },
+    )
+    res = simulator.simulate(sc)
+    assert res.preemptions > 0
+    recs = res.requests
+    for i in range(len(recs)):
+        t = res.token_times(i)
+        assert len(t) == recs["output_tokens"][i]
+        assert t[0] == recs["first_token_s"][i] and t[-1] == recs["finish_s"][i]
+        assert np.all(np.diff(t) >= 0)

@@ -59,6 +59,7 @@ class Replica:
         self._wakeup: simpy.Event | None = None
         # Decoders held back by prefill-only steps: [count, seconds waited so far] groups.
         self._stalled: list[list[float]] = []
+        self.decode_end_s = array("d")  # end time of each decode step, by decode-step number
         self.busy_s = 0.0
         env.process(self._run())
 
@@ -99,6 +100,8 @@ class Replica:
             log.end_s.append(end)
             log.duration_s.append(dt)
             log.decode_tokens.append(decoded)
+            if decoded:
+                self.decode_end_s.append(end)
             if decoded and not self._stalled:
                 log.itl_s.append(dt)
                 log.itl_weight.append(decoded)
@@ -171,6 +174,7 @@ class Replica:
         self.busy_s += elapsed
         run = dts[:steps]
         log.end_s.frombytes(ends[:steps].tobytes())
+        self.decode_end_s.frombytes(ends[:steps].tobytes())
         log.duration_s.frombytes(run.tobytes())
         log.decode_tokens.frombytes(np.full(steps, n, dtype=np.int64).tobytes())
         first = 0

@@ -19,6 +19,7 @@ class Request:
         "blocks",
         "computed",
         "decode_epoch",
+        "decode_last_step",
         "decode_start_generated",
         "decode_start_kv",
         "decode_start_step",
@@ -29,9 +30,11 @@ class Request:
         "input_tokens",
         "last_token_s",
         "output_tokens",
+        "past_segments",
         "preemptions",
         "priority",
         "replica",
+        "resume_tokens_s",
         "scheduled_s",
         "target",
     )
@@ -58,6 +61,11 @@ class Request:
         self.decode_start_kv = 0
         self.decode_start_generated = 0
         self.decode_epoch = 0  # bumps when the request leaves the decode set (stale bucket entries)
+        self.decode_last_step = -1  # decode step of its last token when it finished decoding
+        # Token history beyond the common case, kept only for preempted requests: decode-step
+        # ranges served before each preemption, and the tokens sampled by re-prefills.
+        self.past_segments: list[tuple[int, int]] | None = None
+        self.resume_tokens_s: list[float] | None = None
 
     def kv_tokens_at(self, step: int) -> int:
         """Cached tokens of a decoding request at the start of global step `step`."""

@@ -137,6 +137,10 @@ class Scheduler:
         _, victim = self.running.popitem()
         if victim.decode_start_step >= 0:
             victim.generated = victim.generated_at(self.step)
+            if self.step > victim.decode_start_step:
+                if victim.past_segments is None:
+                    victim.past_segments = []
+                victim.past_segments.append((victim.decode_start_step, self.step - 1))
             phase = (victim.decode_start_step - victim.decode_start_kv) % self.cfg.block_size
             if phase == self._reserved_phase and not self.cfg.reserve_full:
                 self.free_blocks += 1  # the block reserved for it this step is not needed
@@ -284,6 +288,7 @@ class Scheduler:
                     continue  # it was preempted after this bucket entry was made
                 self.free_blocks += self._leave_decode(r, step + 1)
                 r.generated = r.output_tokens
+                r.decode_last_step = step
                 r.finish_s = end_s
                 del self.running[r.index]
                 finished.append(r)
@@ -300,6 +305,9 @@ class Scheduler:
                 r.first_token_s = end_s
             else:
                 self.resume_gaps_s.append(end_s - r.last_token_s)
+                if r.resume_tokens_s is None:
+                    r.resume_tokens_s = []
+                r.resume_tokens_s.append(end_s)
             r.last_token_s = end_s
             if r.generated >= r.output_tokens:
                 self.free_blocks += r.blocks

@@ -69,6 +69,10 @@ class RunOutput:
     preemptions: int
     warnings: list[str] = field(default_factory=list)
     busy_s: list[float] = field(default_factory=list)
+    decode_end_s: list[npt.NDArray[np.float64]] = field(default_factory=list)  # per replica
+    token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = field(
+        default_factory=dict
+    )  # preempted requests only: (earlier decode-step ranges, re-prefill token times)
     end_s: float = 0.0
 
 
@@ -183,6 +187,9 @@ def run(
     records["input_tokens"] = stream.input_tokens
     records["output_tokens"] = stream.output_tokens
     records["replica"] = -1
+    records["decode_first_step"] = -1
+    records["decode_last_step"] = -1
+    token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = {}
 
     env = simpy.Environment()
     log = StepLog(timeseries)
@@ -199,6 +206,11 @@ def run(
         rec["finish_s"] = r.finish_s
         rec["preemptions"] = r.preemptions
         rec["replica"] = r.replica
+        decoded = r.decode_last_step >= 0
+        rec["decode_first_step"] = r.decode_start_step if decoded else -1
+        rec["decode_last_step"] = r.decode_last_step
+        if r.past_segments is not None or r.resume_tokens_s is not None:
+            token_history[r.index] = (r.past_segments or [], r.resume_tokens_s or [])
         ended()
 
     def ended() -> None:
@@ -308,6 +320,8 @@ def run(
         sum(rep.sched.preemptions for rep in replicas),
         warnings=warnings,
         busy_s=[rep.busy_s for rep in replicas],
+        decode_end_s=[np.frombuffer(rep.decode_end_s, dtype=np.float64) for rep in replicas],
+        token_history=token_history,
         end_s=float(env.now),
     )
 
