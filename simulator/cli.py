@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -33,8 +34,20 @@ def _dump(data: Any) -> None:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="frontier-sim")
-def cli() -> None:
+@click.option(
+    "--hardware-path",
+    "hardware_paths",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="A folder of your own GPU profile YAMLs, added to the shipped ones (repeatable; "
+    "same as FRONTIER_HARDWARE_PATH).",
+)
+def cli(hardware_paths: tuple[str, ...]) -> None:
     """frontier: predict the latency/throughput frontier of LLM serving without GPUs."""
+    if hardware_paths:
+        # Sweep workers inherit the environment, so the flag reaches every process.
+        parts = [p for p in os.environ.get("FRONTIER_HARDWARE_PATH", "").split(os.pathsep) if p]
+        os.environ["FRONTIER_HARDWARE_PATH"] = os.pathsep.join([*parts, *hardware_paths])
 
 
 @cli.command()

@@ -136,3 +136,18 @@ def test_env_path_adds_user_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert hw.hbm_bytes_per_s == load_hardware("h100-sxm").hbm_bytes_per_s
     # Shipped profiles stay visible alongside the user's folder.
     assert set(REQUIRED) <= set(profile_paths())
+
+
+def test_hardware_path_flag_adds_a_user_folder(tmp_path: Path) -> None:
+    """`frontier --hardware-path DIR` adds DIR's profiles like FRONTIER_HARDWARE_PATH does."""
+    import subprocess
+    import sys
+
+    src = (Path(__file__).parent.parent / "hardware_profiles" / "h100-sxm.yaml").read_text()
+    (tmp_path / "my-gpu.yaml").write_text(src.replace("name: h100-sxm", "name: my-gpu", 1))
+    out = subprocess.run(
+        [sys.executable, "-m", "simulator", "--hardware-path", str(tmp_path),
+         "explain", "llama-3.1-8b", "--gpu", "my-gpu", "--json"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert '"step_time_s"' in out
