@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator.cost.step import StepModel
+from simulator.cost.step import BatchShape, StepModel
 from simulator.engine_style import EngineStyle
 from simulator.serving.request import Request
-from simulator.serving.scheduler import Scheduler, SchedulerConfig
+from simulator.serving.scheduler import PlannedStep, Scheduler, SchedulerConfig
 
 MAX_DECODE_RUN = 4096  # steps costed at once in a run of unchanged decode batches
 MIN_DECODE_RUN = 8  # below this, numpy's per-call cost outweighs the SimPy events it saves
@@ -82,6 +82,8 @@ class Replica:
         env, sched, log = self.env, self.sched, self.log
         time_s = self.model.time_s
         step_time_s = self.style.step_time_s
+        fast = self.check is None and not log.detailed
+        min_run = MIN_DECODE_RUN
         while True:
             planned = sched.plan(env.now) if sched.has_work else None
             if planned is None:
@@ -130,17 +132,19 @@ class Replica:
             for r in sched.commit(planned, end):
                 self.finished += 1
                 self.on_finish(r)
-            if self.check is None and not log.detailed and sched.can_fast_forward():
+            # A run of unchanged decode steps pays off only if the next event is far enough.
+            if fast and env.peek() - end >= min_run * dt and sched.can_fast_forward():
                 yield from self._decode_run(dt)
 
     def _decode_run(self, last_dt: float) -> Any:
         """Run consecutive pure-decode steps as one SimPy timeout.
 
-        Valid while nothing changes the batch: no request finishes (stop before the first
-        finish step), no block shortage (stop before the decode set would run out), and no
-        other event happens (stop at the last step ending before the next scheduled event, so
-        an arrival still lands between the same two steps as it would step by step). Every
-        step is still costed (vectorized, the same arithmetic as StepModel.time_s) and logged.
+        Valid while nothing changes the batch: no request finishes before the run's last step
+        (the run may end with the first finish step, committed as a normal step), no block
+        shortage (stop before the decode set would run out), and no other event happens (stop
+        at the last step ending before the next scheduled event, so an arrival still lands
+        between the same two steps as it would step by step). Every step is still costed
+        (vectorized, the same arithmetic as StepModel.time_s) and logged.
         """
         env, sched, log = self.env, self.sched, self.log
         now = env.now
@@ -148,7 +152,9 @@ class Replica:
         expected = (env.peek() - now) / last_dt if last_dt > 0 else math.inf
         if expected < MIN_DECODE_RUN:
             return  # a short run is cheaper step by step than vectorized
-        cap = min(sched.steps_before_next_finish(), MAX_DECODE_RUN, int(min(expected, 1e9)) + 1)
+        # The run may end with the step in which the next request finishes (committed below).
+        to_finish = sched.steps_before_next_finish() + 1
+        cap = min(to_finish, MAX_DECODE_RUN, int(min(expected, 1e9)) + 1)
         if cap < MIN_DECODE_RUN:
             return
         n = sched.num_decoding
@@ -170,7 +176,9 @@ class Replica:
             return
         elapsed = float(ends[steps - 1] - now)
         yield env.timeout(elapsed)
-        sched.fast_forward(steps, used)
+        ends[steps - 1] = env.now  # the clock's own sum, so finish times match token times
+        finishing = steps == to_finish
+        sched.fast_forward(steps - 1 if finishing else steps, used)
         self.busy_s += elapsed
         run = dts[:steps]
         log.end_s.frombytes(ends[:steps].tobytes())
@@ -183,6 +191,11 @@ class Replica:
             first = 1
         log.itl_s.frombytes(run[first:].tobytes())
         log.itl_weight.frombytes(np.full(steps - first, n, dtype=np.float64).tobytes())
+        if finishing:
+            last = BatchShape(decode_seqs=n, decode_context_tokens=sched.decode_kv_sum)
+            for r in sched.commit(PlannedStep(last, [], n), env.now):
+                self.finished += 1
+                self.on_finish(r)
 
     def _log_gaps(self, decoded: int, dt: float) -> None:
         """Record this step's inter-token gaps. A prefill-only step with decoders waiting adds
