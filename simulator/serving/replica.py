@@ -165,13 +165,13 @@ class Replica:
         dts = np.maximum(gpu_s, host_s) if overlap else gpu_s + host_s
         ends = now + np.cumsum(dts)
         steps = int(np.searchsorted(ends, env.peek(), side="right"))
-        if not sched.cfg.reserve_full:
+        used = sched.blocks_needed(steps)
+        if used > sched.free_blocks:
+            # Cut the run before the decode set would run out of blocks (then preemption).
             phases = np.asarray(sched.phase_counts(), dtype=np.int64)
             needs = np.cumsum(phases[(sched.step + np.arange(steps)) % sched.cfg.block_size])
             steps = min(steps, int(np.searchsorted(needs, sched.free_blocks, side="right")))
             used = int(needs[steps - 1]) if steps else 0
-        else:
-            used = 0
         if steps == 0:
             return
         elapsed = float(ends[steps - 1] - now)
@@ -184,13 +184,13 @@ class Replica:
         log.end_s.frombytes(ends[:steps].tobytes())
         self.decode_end_s.frombytes(ends[:steps].tobytes())
         log.duration_s.frombytes(run.tobytes())
-        log.decode_tokens.frombytes(np.full(steps, n, dtype=np.int64).tobytes())
+        log.decode_tokens.extend(array("q", (n,)) * steps)
         first = 0
         if self._stalled:
             self._log_gaps(n, float(run[0]))
             first = 1
         log.itl_s.frombytes(run[first:].tobytes())
-        log.itl_weight.frombytes(np.full(steps - first, n, dtype=np.float64).tobytes())
+        log.itl_weight.extend(array("d", (float(n),)) * (steps - first))
         if finishing:
             last = BatchShape(decode_seqs=n, decode_context_tokens=sched.decode_kv_sum)
             for r in sched.commit(PlannedStep(last, [], n), env.now):

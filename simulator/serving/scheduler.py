@@ -349,6 +349,15 @@ class Scheduler:
             heapq.heappop(heap)
         return (heap[0] - self.step) if heap else 0
 
+    def blocks_needed(self, steps: int) -> int:
+        """New KV blocks the decode set needs over its next `steps` decode steps."""
+        if self.cfg.reserve_full:
+            return 0
+        bs, phase = self.cfg.block_size, self._phase
+        cycles, rest = divmod(steps, bs)
+        total = cycles * self.num_decoding if cycles else 0
+        return total + sum(phase[(self.step + i) % bs] for i in range(rest))
+
     def phase_counts(self) -> list[int]:
         """Decoders that need a new KV block at decode steps congruent to i mod block_size."""
         return self._phase
