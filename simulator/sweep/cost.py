@@ -12,6 +12,7 @@ power of a GPU waiting for work is not counted (a lower bound on energy).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -21,22 +22,26 @@ from simulator.hardware import load_hardware
 PRICES_ENV = "FRONTIER_GPU_PRICES"
 
 
-def parse_prices(items: Sequence[str], where: str = "--gpu-price") -> dict[str, float]:
-    """['h100-sxm=2.5', ...] -> {'h100-sxm': 2.5}; InputError on a malformed item."""
-    prices: dict[str, float] = {}
+def parse_positive_pairs(items: Sequence[str], where: str, form: str) -> dict[str, float]:
+    """['name=2.5', ...] -> {'name': 2.5}: one line naming the option and the expected form
+    (`form`, e.g. "GPU=USD_PER_GPU_HOUR ..., e.g. h100-sxm=2.5") for a malformed item."""
+    pairs: dict[str, float] = {}
     for item in items:
         name, sep, raw = item.partition("=")
         try:
             value = float(raw)
         except ValueError:
-            value = -1.0
-        if not sep or not name.strip() or not value > 0:
-            raise InputError(
-                f"{where} {item!r}: expected GPU=USD_PER_GPU_HOUR with a positive price, "
-                f"e.g. h100-sxm=2.5"
-            )
-        prices[name.strip()] = value
-    return prices
+            value = math.nan
+        if not sep or not name.strip() or not value > 0 or not math.isfinite(value):
+            raise InputError(f"{where} {item!r}: expected {form}")
+        pairs[name.strip()] = value
+    return pairs
+
+
+def parse_prices(items: Sequence[str], where: str = "--gpu-price") -> dict[str, float]:
+    """['h100-sxm=2.5', ...] -> {'h100-sxm': 2.5}; InputError on a malformed item."""
+    form = "GPU=USD_PER_GPU_HOUR with a positive price, e.g. h100-sxm=2.5"
+    return parse_positive_pairs(items, where, form)
 
 
 def gpu_prices(cli_items: Sequence[str] = ()) -> dict[str, float]:

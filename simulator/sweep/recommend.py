@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from simulator.errors import InputError
-from simulator.sweep.cost import price_per_gpu_hour
+from simulator.sweep.cost import parse_positive_pairs, price_per_gpu_hour
 from simulator.sweep.table import Row, number
 
 _SLO_NAME = re.compile(r"^([a-z0-9]+(?:_[a-z0-9]+)*?)_(p\d{1,2}|mean)_s$")
@@ -47,18 +47,9 @@ def slo_column(name: str) -> str:
 
 def parse_slo(items: Sequence[str]) -> dict[str, float]:
     """['ttft_p99_s=2', ...] -> {'ttft_s.p99': 2.0, ...}."""
-    targets: dict[str, float] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        try:
-            limit = float(raw)
-        except ValueError:
-            limit = math.nan
-        if not sep or not limit > 0:
-            raise InputError(f"--slo {item!r}: expected NAME=SECONDS with a positive number, "
-                             f"e.g. ttft_p99_s=2")
-        targets[slo_column(name.strip())] = limit
-    return targets
+    form = "NAME=SECONDS with a positive number, e.g. ttft_p99_s=2"
+    pairs = parse_positive_pairs(items, "--slo", form)
+    return {slo_column(name): limit for name, limit in pairs.items()}
 
 
 def slo_from_scenario(scenario: Mapping[str, Any] | None) -> dict[str, float]:
