@@ -31,6 +31,9 @@ class _StyleFile(BaseModel):
     # SGLang); reserve_full: a request is admitted only with blocks for its whole prompt plus
     # output reserved, so nothing is ever evicted (TensorRT-LLM's GUARANTEED_NO_EVICT).
     kv_admission: Literal["on_demand", "reserve_full"] = "on_demand"
+    # What gpu_memory_utilization is a fraction of: all HBM (vLLM, SGLang), or the memory
+    # left free after weights and activations (TensorRT-LLM's free_gpu_memory_fraction).
+    memory_fraction_of: Literal["total", "free"] = "total"
     source: str
 
 
@@ -41,6 +44,7 @@ class EngineStyle:
     cpu_per_seq_s: float
     overlap_cpu_with_gpu: bool
     kv_admission: str = "on_demand"
+    memory_fraction_of: str = "total"
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -76,5 +80,6 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
             f.cpu_per_seq_us * 1e-6,
             f.overlap_cpu_with_gpu,
             f.kv_admission,
+            f.memory_fraction_of,
         )
     return styles

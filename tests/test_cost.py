@@ -579,3 +579,17 @@ def test_sliding_window_layers_hold_one_window_per_sequence() -> None:
     assert budget.window_reserve_bytes_per_gpu == pytest.approx(256 * 2_359_296 * fp8)
     fewer_seqs = memory_budget(arch, hw, layout, formats, 0.9, 8192, 64)
     assert fewer_seqs.kv_capacity_tokens > budget.kv_capacity_tokens
+
+
+def test_trtllm_memory_fraction_is_of_free_memory() -> None:
+    """vLLM: weights + activations + KV <= 0.9 x HBM. TensorRT-LLM: KV = 0.9 x (HBM - weights -
+    activations). Llama-3.3-70B FP8 at TP1 on H200 (141 GB): with W + A bytes taken first,
+    the TRT-LLM pool is 0.9 x (141e9 - W - A) and the vLLM pool 0.9 x 141e9 - W - A; the
+    difference is exactly 0.1 x (W + A)."""
+    arch, hw = load_architecture("llama-3.3-70b"), load_hardware("h200-sxm")
+    layout, formats = ParallelLayout(), Formats("fp8", "fp8", "fp8")
+    total = memory_budget(arch, hw, layout, formats, 0.9, 8192, 256)
+    free = memory_budget(arch, hw, layout, formats, 0.9, 8192, 256, fraction_of_free=True)
+    taken = total.weights_bytes_per_gpu + total.activation_bytes_per_gpu
+    assert free.kv_bytes_per_gpu == pytest.approx(0.9 * (141e9 - taken), rel=1e-12)
+    assert free.kv_bytes_per_gpu - total.kv_bytes_per_gpu == pytest.approx(0.1 * taken, rel=1e-9)

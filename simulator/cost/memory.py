@@ -163,10 +163,22 @@ def memory_budget(
     gpu_memory_utilization: float = 0.9,
     max_batched_tokens: int = 8192,
     max_seqs: int = 256,
+    fraction_of_free: bool = False,
 ) -> MemoryBudget:
+    """Weights, activations and the KV pool on one GPU.
+
+    `gpu_memory_utilization` caps all of the framework's memory (vLLM, SGLang:
+    weights + activations + KV <= fraction x HBM), or with `fraction_of_free` it is the share
+    of the memory left after weights and activations that becomes KV cache (TensorRT-LLM's
+    KvCacheConfig.free_gpu_memory_fraction, default 0.9).
+    """
     weights = weights_bytes_per_gpu(arch, layout, formats)
     acts = activation_bytes_per_gpu(arch, layout, max_batched_tokens, max_seqs)
-    usable = hw.hbm_bytes * gpu_memory_utilization
+    if fraction_of_free:
+        free = hw.hbm_bytes - weights - acts
+        usable = weights + acts + max(0.0, free) * gpu_memory_utilization
+    else:
+        usable = hw.hbm_bytes * gpu_memory_utilization
     kv_avail = usable - weights - acts
     per_token = kv_bytes_per_token_per_gpu(arch, layout, formats.kv_cache)
     # Sliding-window layers: reserve one window per schedulable sequence on this DP rank.

@@ -127,6 +127,7 @@ def _build_engine(
     formats = Formats(p.weights, p.activations, p.kv_cache)
     step_model = StepModel(arch, hw, layout, formats, dep.comm_overlap)
     s = dep.scheduler
+    style = load_engine_styles()[dep.engine]
     budget = memory_budget(
         arch,
         hw,
@@ -135,6 +136,7 @@ def _build_engine(
         dep.gpu_memory_utilization,
         s.max_num_batched_tokens,
         s.max_num_seqs,
+        fraction_of_free=style.memory_fraction_of == "free",
     )
     require_fit(arch, hw, layout, formats, budget)
     num_blocks = budget.kv_capacity_tokens // s.block_size
@@ -144,7 +146,6 @@ def _build_engine(
             f"block of {s.block_size}; use more GPUs, a smaller format or a higher "
             f"gpu_memory_utilization"
         )
-    style = load_engine_styles()[dep.engine]
     if dep.overhead is not None:
         style = EngineStyle(
             style.name,
@@ -152,6 +153,7 @@ def _build_engine(
             dep.overhead.per_seq_s,
             style.overlap_cpu_with_gpu,
             style.kv_admission,
+            style.memory_fraction_of,
         )
     cfg = SchedulerConfig(
         s.max_num_seqs,
