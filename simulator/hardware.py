@@ -83,6 +83,16 @@ class EfficiencySpec(_Strict):
     source: str
 
 
+class KernelSpec(_Strict):
+    """Output-tile shapes of the tensor-core GEMM kernels serving engines run on this chip."""
+
+    gemm_tile_m_small: Annotated[int, Field(gt=0)]  # CTA tile M for skinny (decode) GEMMs
+    gemm_tile_m: Annotated[int, Field(gt=0)]  # CTA tile M otherwise
+    gemm_tile_n: Annotated[int, Field(gt=0)]
+    gemm_min_split_k: Annotated[int, Field(gt=0)]  # smallest K slice when splitting K
+    source: str
+
+
 class HardwareFile(_Strict):
     schema_version: Literal[1] = 1
     name: str
@@ -95,6 +105,15 @@ class HardwareFile(_Strict):
     power: PowerSpec
     price: PriceSpec | None = None
     efficiency: EfficiencySpec
+    kernels: KernelSpec
+
+
+@dataclass(frozen=True, slots=True)
+class GemmTiling:
+    m_small: int
+    m: int
+    n: int
+    min_split_k: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +146,7 @@ class Hardware:
     scale_out_latency_s: float
     scale_out_fraction: float
     efficiency_spread: float
+    gemm_tiling: GemmTiling
 
     def supports(self, tensor_format: str) -> bool:
         return tensor_format in self.dense_flops_per_s
@@ -161,6 +181,12 @@ def _to_hardware(f: HardwareFile) -> Hardware:
         scale_out_latency_s=e.scale_out_latency_us * 1e-6,
         scale_out_fraction=e.scale_out_fraction,
         efficiency_spread=e.spread,
+        gemm_tiling=GemmTiling(
+            f.kernels.gemm_tile_m_small,
+            f.kernels.gemm_tile_m,
+            f.kernels.gemm_tile_n,
+            f.kernels.gemm_min_split_k,
+        ),
     )
 
 

@@ -199,6 +199,7 @@ def test_llama8b_prefill_4096_by_hand() -> None:
 
 RATE = 1e15
 SMS = 132
+TILES = load_hardware("h100-sxm").gemm_tiling  # 64-row small tile, 128 x 128, K slices >= 256
 
 
 def test_one_more_row_costs_one_whole_wave() -> None:
@@ -206,32 +207,32 @@ def test_one_more_row_costs_one_whole_wave() -> None:
     # one wave (split-K is 132 // 128 = 1). M = 257 -> 3 row tiles -> 192 tiles -> 2 waves.
     n, k = 8192, 8192
     wave_s = 2 * 128 * 128 * k / (RATE / SMS)  # one tile's FLOPs at one SM's rate = 35.4 us
-    t256 = gemm_compute_time_s(256, n, k, RATE, SMS)
-    t257 = gemm_compute_time_s(257, n, k, RATE, SMS)
+    t256 = gemm_compute_time_s(256, n, k, RATE, SMS, TILES)
+    t257 = gemm_compute_time_s(257, n, k, RATE, SMS, TILES)
     assert t256 == pytest.approx(wave_s, rel=1e-12)
     assert t257 == pytest.approx(2 * wave_s, rel=1e-12)
     assert t257 - t256 == pytest.approx(wave_s, rel=1e-12)
     # ...while the FLOPs grew by only 1/256.
     # Filling the partial wave costs nothing more: M = 384 is still 192 tiles, 2 waves.
-    assert gemm_compute_time_s(384, n, k, RATE, SMS) == t257
+    assert gemm_compute_time_s(384, n, k, RATE, SMS, TILES) == t257
     # 2 waves hold 264 tiles: 4 row tiles x 64 = 256 still fits; 5 x 64 = 320 needs a third.
-    assert gemm_compute_time_s(512, n, k, RATE, SMS) == pytest.approx(2 * wave_s, rel=1e-12)
-    assert gemm_compute_time_s(513, n, k, RATE, SMS) == pytest.approx(3 * wave_s, rel=1e-12)
+    assert gemm_compute_time_s(512, n, k, RATE, SMS, TILES) == pytest.approx(2 * wave_s, rel=1e-12)
+    assert gemm_compute_time_s(513, n, k, RATE, SMS, TILES) == pytest.approx(3 * wave_s, rel=1e-12)
 
 
 def test_split_k_when_few_tiles() -> None:
     # Decode GEMM: M = 1 uses the 64-row tile; N = 4096 -> 32 tiles < 132 SMs.
     # split = min(132 // 32 = 4, 8192 // 256 = 32) = 4: each SM runs one tile over K/4 = 2048.
-    t = gemm_compute_time_s(1, 4096, 8192, RATE, SMS)
+    t = gemm_compute_time_s(1, 4096, 8192, RATE, SMS, TILES)
     assert t == pytest.approx(2 * 64 * 128 * 2048 / (RATE / SMS), rel=1e-12)
     # K limits the split: N = 128 (1 tile), K = 512 -> split = min(132, 512 // 256 = 2) = 2.
-    t = gemm_compute_time_s(1, 128, 512, RATE, SMS)
+    t = gemm_compute_time_s(1, 128, 512, RATE, SMS, TILES)
     assert t == pytest.approx(2 * 64 * 128 * 256 / (RATE / SMS), rel=1e-12)
     # Crossing M = 64 switches to the 128-row tile: same 32 tiles, twice the tile FLOPs.
-    assert gemm_compute_time_s(65, 4096, 8192, RATE, SMS) == pytest.approx(
-        2 * gemm_compute_time_s(64, 4096, 8192, RATE, SMS), rel=1e-12
+    assert gemm_compute_time_s(65, 4096, 8192, RATE, SMS, TILES) == pytest.approx(
+        2 * gemm_compute_time_s(64, 4096, 8192, RATE, SMS, TILES), rel=1e-12
     )
-    assert gemm_compute_time_s(0, 4096, 8192, RATE, SMS) == 0.0
+    assert gemm_compute_time_s(0, 4096, 8192, RATE, SMS, TILES) == 0.0
 
 
 # ---- 4. number formats and the Hopper FP4 rule -------------------------------------------

@@ -144,7 +144,9 @@ class StepModel:
             ab = min(get_format(self.formats.activations).bytes_per_element, BF16_BYTES)
         flops = 2.0 * m * n * k * groups * layers
         nbytes = gemm_bytes(m, n, k, wb, ab) * groups * layers
-        compute_s = gemm_compute_time_s(m, n * groups, k, rate, self.hw.sm_count) * layers
+        hw = self.hw
+        compute_s = gemm_compute_time_s(m, n * groups, k, rate, hw.sm_count, hw.gemm_tiling)
+        compute_s *= layers
         return roofline(
             op,
             flops,
