@@ -46,6 +46,10 @@ FORMATS: dict[str, NumberFormat] = {
     "int4": NumberFormat("int4", 4.0 + 16.0 / 128, None, 4),
 }
 
+# Activations between kernels, norms, embeddings and collectives move in BF16; logits in FP32.
+BF16_BYTES = FORMATS["bf16"].bytes_per_element
+FP32_BYTES = 4.0
+
 # Wider formats a chip falls back to when it lacks a tensor format (dequantize, then multiply).
 _PROMOTION: dict[str, tuple[str, ...]] = {
     "fp4": ("fp4", "fp8", "bf16"),

@@ -14,10 +14,7 @@ from dataclasses import dataclass
 from simulator.architecture import Architecture
 from simulator.cost.layout import Formats, ParallelLayout, kv_heads_per_gpu
 from simulator.hardware import Hardware
-from simulator.precision import get_format
-
-BF16_BYTES = 2.0
-LOGIT_BYTES = 4.0  # FP32 logits for sampling
+from simulator.precision import BF16_BYTES, FP32_BYTES, get_format
 
 
 class MemoryFitError(ValueError):
@@ -151,7 +148,7 @@ def activation_bytes_per_gpu(
     )
     tokens = max_batched_tokens / layout.attention_data_parallel
     per_token = (arch.hidden_size + widest) * BF16_BYTES * 2
-    logits = max_seqs * arch.vocab_size / tp * LOGIT_BYTES
+    logits = max_seqs * arch.vocab_size / tp * FP32_BYTES
     return tokens * per_token + logits
 
 

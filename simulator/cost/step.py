@@ -23,10 +23,13 @@ from simulator.cost.layout import Formats, ParallelLayout, check_formats, check_
 from simulator.cost.layout import kv_heads_per_gpu as _kv_heads_per_gpu
 from simulator.cost.ops import OpCost, roofline
 from simulator.hardware import Hardware
-from simulator.precision import attention_tensor_format, gemm_tensor_format, get_format
-
-BF16_BYTES = 2.0
-LOGIT_BYTES = 4.0
+from simulator.precision import (
+    BF16_BYTES,
+    FP32_BYTES,
+    attention_tensor_format,
+    gemm_tensor_format,
+    get_format,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -311,7 +314,7 @@ class StepModel:
             return []
         a, tp = self.arch, self.layout.tensor_parallel
         ops = [self._gemm("lm_head", rows, a.vocab_size // tp, a.hidden_size, 1, bf16=True)]
-        logit_bytes = rows * a.vocab_size * LOGIT_BYTES
+        logit_bytes = rows * a.vocab_size * FP32_BYTES
         if tp > 1:
             ops.append(
                 self._comm("logits_gather", allgather_time_s(logit_bytes, tp, self.hw), logit_bytes)
