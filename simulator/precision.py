@@ -23,7 +23,6 @@ class NumberFormat:
     name: str
     bits_per_element: float  # element bits plus amortized scale bits
     tensor_format: str | None
-    element_bits: int
 
     @property
     def bytes_per_element(self) -> float:
@@ -31,19 +30,19 @@ class NumberFormat:
 
 
 FORMATS: dict[str, NumberFormat] = {
-    "bf16": NumberFormat("bf16", 16.0, "bf16", 16),
-    "fp16": NumberFormat("fp16", 16.0, "fp16", 16),
+    "bf16": NumberFormat("bf16", 16.0, "bf16"),
+    "fp16": NumberFormat("fp16", 16.0, "fp16"),
     # e4m3 with one FP32 scale per 128x128 weight block (DeepSeek-V3 style); per-tensor scales
     # are a single number. 32 / 16384 bits per element is the block-scale overhead.
-    "fp8": NumberFormat("fp8", 8.0 + 32.0 / (128 * 128), "fp8", 8),
+    "fp8": NumberFormat("fp8", 8.0 + 32.0 / (128 * 128), "fp8"),
     # OCP MX: 32 e2m1 elements share one 8-bit E8M0 scale -> 4 + 8/32 = 4.25 bits.
-    "mxfp4": NumberFormat("mxfp4", 4.0 + 8.0 / 32, "fp4", 4),
+    "mxfp4": NumberFormat("mxfp4", 4.0 + 8.0 / 32, "fp4"),
     # NVFP4: 16 e2m1 elements share one FP8 (e4m3) scale, plus one FP32 per tensor (negligible).
-    "nvfp4": NumberFormat("nvfp4", 4.0 + 8.0 / 16, "fp4", 4),
+    "nvfp4": NumberFormat("nvfp4", 4.0 + 8.0 / 16, "fp4"),
     # int8 with per-channel scales (SmoothQuant style): scale overhead negligible.
-    "int8": NumberFormat("int8", 8.0, "int8", 8),
+    "int8": NumberFormat("int8", 8.0, "int8"),
     # AWQ/GPTQ: 4-bit weights, one FP16 scale per group of 128 -> 4 + 16/128 = 4.125 bits.
-    "int4": NumberFormat("int4", 4.0 + 16.0 / 128, None, 4),
+    "int4": NumberFormat("int4", 4.0 + 16.0 / 128, None),
 }
 
 # Activations between kernels, norms, embeddings and collectives move in BF16; logits in FP32.

@@ -54,15 +54,3 @@ def roofline(
         kernels,
     )
 
-
-def scaled(op: OpCost, factor: float, name: str | None = None) -> OpCost:
-    """The same operator repeated `factor` times (e.g. over layers)."""
-    return OpCost(
-        name or op.op,
-        op.flops * factor,
-        op.bytes * factor,
-        op.time_s * factor,
-        op.launch_s * factor,
-        op.bound,
-        round(op.kernels * factor),
-    )

@@ -23,9 +23,6 @@ class StepLog:
     """Per-step records kept compactly (typed arrays): the source of ITL and the time series."""
 
     def __init__(self, detailed: bool) -> None:
-        self.end_s = array("d")
-        self.duration_s = array("d")
-        self.decode_tokens = array("q")  # tokens emitted by requests that had already emitted one
         # Inter-token gaps as (gap, how many tokens had it): a decode step's duration, plus for
         # decoders that sat out prefill-only steps (chunked prefill off) the time they waited.
         self.itl_s = array("d")
@@ -99,9 +96,6 @@ class Replica:
             end = env.now
             self.busy_s += dt
             decoded = planned.batch.decode_seqs
-            log.end_s.append(end)
-            log.duration_s.append(dt)
-            log.decode_tokens.append(decoded)
             if decoded:
                 self.decode_end_s.append(end)
             if decoded and not self._stalled:
@@ -181,10 +175,7 @@ class Replica:
         sched.fast_forward(steps - 1 if finishing else steps, used)
         self.busy_s += elapsed
         run = dts[:steps]
-        log.end_s.frombytes(ends[:steps].tobytes())
         self.decode_end_s.frombytes(ends[:steps].tobytes())
-        log.duration_s.frombytes(run.tobytes())
-        log.decode_tokens.extend(array("q", (n,)) * steps)
         first = 0
         if self._stalled:
             self._log_gaps(n, float(run[0]))

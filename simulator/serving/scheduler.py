@@ -251,7 +251,7 @@ class Scheduler:
         return r.input_tokens + r.output_tokens - 1
 
     def _shape(self, chunks: list[tuple[Request, int]], decode_seqs: int) -> BatchShape:
-        tokens = pairs = context = sampled = 0
+        tokens = context = sampled = 0
         pairs_f = 0.0
         for r, c in chunks:
             tokens += c
@@ -259,7 +259,6 @@ class Scheduler:
             context += r.computed
             if r.computed + c == r.target:
                 sampled += 1
-        del pairs
         return BatchShape(
             prefill_tokens=tokens,
             prefill_seqs=len(chunks),

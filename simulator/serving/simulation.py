@@ -25,7 +25,7 @@ from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.scheduler import SchedulerConfig
-from simulator.serving.workload import RequestStream, build_stream
+from simulator.serving.workload import RequestStream
 
 # Codes for RECORD_DTYPE["drop_reason"] (see metrics.DROP_REASONS).
 DROP_KV, DROP_CONTEXT, DROP_BUDGET = 1, 2, 3
@@ -338,10 +338,3 @@ def unstable_queue(marks: list[int], batch_cap: int) -> bool:
         and marks[-1] > batch_cap
     )
 
-
-def simulate_stream(
-    scenario: Scenario, base_dir: Path | None = None, skip_bad_rows: bool = False
-) -> tuple[Engine, RequestStream, list[str]]:
-    engine = build_engine(scenario, base_dir)
-    stream, warnings = build_stream(scenario, base_dir, skip_bad_rows)
-    return engine, stream, warnings

@@ -8,9 +8,8 @@ are all on the frontier. Dominated points stay in results.csv; frontier.csv hold
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from simulator.errors import InputError
 from simulator.sweep.table import Row, number
@@ -103,5 +102,3 @@ def frontier_rows(rows: Sequence[Row], x: Axis = DEFAULT_X, y: Axis = DEFAULT_Y)
     return front
 
 
-def axis_values(rows: Sequence[Mapping[str, Any]], axis: Axis) -> list[float | None]:
-    return [number(r, axis.column) for r in rows]
