@@ -32,10 +32,12 @@ from simulator.shipped import resolve_scenario
 
 @dataclass(frozen=True)
 class LoadedScenario:
-    """A validated scenario and the folder its relative paths resolve against."""
+    """A validated scenario, the folder its relative paths resolve against, and the engine
+    built while checking it (reused by simulate so the physics is set up once)."""
 
     scenario: Scenario
     base_dir: Path | None
+    engine: Engine | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,7 @@ def load_scenario(
     if isinstance(path_or_dict, str | Path):
         path_or_dict = resolve_scenario(path_or_dict)
     scenario, base_dir = load_scenario_file(path_or_dict, overrides)
-    build_engine(scenario, base_dir)
-    return LoadedScenario(scenario, base_dir)
+    return LoadedScenario(scenario, base_dir, build_engine(scenario, base_dir))
 
 
 def simulate(
@@ -115,7 +116,10 @@ def simulate(
     else:
         loaded = load_scenario(scenario)
     s, base_dir = loaded.scenario, loaded.base_dir
-    engine = build_engine(s, base_dir, hardware)
+    if hardware is None and loaded.engine is not None:
+        engine = loaded.engine
+    else:
+        engine = build_engine(s, base_dir, hardware)
     stream, warnings = build_stream(s, base_dir, skip_bad_rows)
     hook: CheckHook | None
     if check is True:
