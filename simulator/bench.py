@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 from simulator.architecture import load_architecture
-from simulator.cost import BatchShape, Formats, ParallelLayout, StepModel, prefill_pairs
+from simulator.cost import BatchShape, Formats, ParallelLayout, StepModel
 from simulator.hardware import load_hardware
 
 BENCH_SCENARIO = {
@@ -32,13 +32,8 @@ def _random_batches(n: int, seed: int = 0) -> list[BatchShape]:
         dec = rng.randint(0, 256)
         chunk = rng.choice([0, 0, 0, rng.randint(1, 2048)])
         out.append(
-            BatchShape(
-                prefill_tokens=chunk,
-                prefill_seqs=1 if chunk else 0,
-                prefill_attention_pairs=prefill_pairs(chunk, 0),
-                prefill_sampled_seqs=1 if chunk else 0,
-                decode_seqs=dec,
-                decode_context_tokens=dec * rng.randint(100, 4000),
+            BatchShape.one_chunk(
+                chunk, decode_seqs=dec, decode_context_tokens=dec * rng.randint(100, 4000)
             )
         )
     return out

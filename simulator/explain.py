@@ -14,7 +14,6 @@ from simulator.cost import (
     StepCost,
     StepModel,
     memory_budget,
-    prefill_pairs,
     require_fit,
 )
 from simulator.hardware import Hardware, load_hardware
@@ -145,13 +144,8 @@ def explain(
     step_model = StepModel(arch, hw, layout, formats)
     budget = memory_budget(arch, hw, layout, formats, gpu_memory_utilization)
     require_fit(arch, hw, layout, formats, budget)
-    batch = BatchShape(
-        prefill_tokens=prefill_tokens,
-        prefill_seqs=1 if prefill_tokens else 0,
-        prefill_attention_pairs=prefill_pairs(prefill_tokens, 0),
-        prefill_sampled_seqs=1 if prefill_tokens else 0,
-        decode_seqs=decode_batch,
-        decode_context_tokens=decode_batch * context,
+    batch = BatchShape.one_chunk(
+        prefill_tokens, decode_seqs=decode_batch, decode_context_tokens=decode_batch * context
     )
     if batch.tokens == 0:
         raise ValueError("the step is empty: give --decode-batch >= 1 or --prefill-tokens >= 1")

@@ -53,13 +53,7 @@ def decode(seqs: int, context: int, spec: int = 0) -> BatchShape:
 
 
 def prefill(tokens: int, offset: int = 0) -> BatchShape:
-    return BatchShape(
-        prefill_tokens=tokens,
-        prefill_seqs=1,
-        prefill_attention_pairs=prefill_pairs(tokens, offset),
-        prefill_context_tokens=offset,
-        prefill_sampled_seqs=1,
-    )
+    return BatchShape.one_chunk(tokens, offset)
 
 
 # ---- 1. hand-derived decode: Llama-3.1-70B FP8, TP4, batch 64, context 2048, H100 ----------
@@ -594,3 +588,15 @@ def test_trtllm_memory_fraction_is_of_free_memory() -> None:
     taken = total.weights_bytes_per_gpu + total.activation_bytes_per_gpu
     assert free.kv_bytes_per_gpu == pytest.approx(0.9 * (141e9 - taken), rel=1e-12)
     assert free.kv_bytes_per_gpu - total.kv_bytes_per_gpu == pytest.approx(0.1 * taken, rel=1e-9)
+
+
+def test_one_chunk_batch_fields() -> None:
+    """A 100-token chunk after 300 cached tokens scores 100 x 300 + 100 x 101 / 2 = 35,050
+    query-key pairs; an empty chunk leaves every prefill field at zero."""
+    b = BatchShape.one_chunk(100, 300, decode_seqs=4, decode_context_tokens=4000)
+    assert (b.prefill_tokens, b.prefill_seqs, b.prefill_context_tokens) == (100, 1, 300)
+    assert b.prefill_attention_pairs == 35_050 and b.prefill_sampled_seqs == 1
+    assert b.tokens == 104 and b.sampled_rows == 5
+    assert BatchShape.one_chunk(100, 300, completes_prompt=False).prefill_sampled_seqs == 0
+    empty_chunk = BatchShape.one_chunk(0, 300, 2, 10)
+    assert empty_chunk == BatchShape(decode_seqs=2, decode_context_tokens=10)

@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 import simulator
 from simulator.architecture import load_architecture
 from simulator.cost import BatchShape, Formats, LayoutError, ParallelLayout, StepModel
-from simulator.cost.attention import prefill_pairs
 from simulator.hardware import load_hardware
 from simulator.invariants import InvariantChecker
 from simulator.serving.simulation import Engine, build_engine
@@ -169,10 +168,7 @@ def lone_prefill_s(model: StepModel, prompt: int, budget: int, chunked: bool) ->
     while done < prompt:
         c = min(size, prompt - done)
         t += model.time_s(
-            BatchShape(
-                prefill_tokens=c, prefill_seqs=1, prefill_attention_pairs=prefill_pairs(c, done),
-                prefill_context_tokens=done, prefill_sampled_seqs=int(done + c == prompt),
-            )
+            BatchShape.one_chunk(c, done, completes_prompt=done + c == prompt)
         )
         done += c
     return t
@@ -242,12 +238,7 @@ def test_checker_floor_matches_the_full_cost_breakdown(
     chunk: int, prefix: int,
 ) -> None:
     engine = engine_of(model, gpu, precision, 256, 8192, True, "vllm")
-    b = BatchShape(
-        prefill_tokens=chunk, prefill_seqs=int(chunk > 0),
-        prefill_attention_pairs=prefill_pairs(chunk, prefix) if chunk else 0.0,
-        prefill_context_tokens=prefix if chunk else 0, prefill_sampled_seqs=int(chunk > 0),
-        decode_seqs=decode, decode_context_tokens=decode * context,
-    )
+    b = BatchShape.one_chunk(chunk, prefix, decode, decode * context)
     checker = InvariantChecker(engine)
     assert checker.floor_s(b) == pytest.approx(checker.floor_from_cost_s(b), rel=1e-12)
     assert engine.step_model.time_s(b) >= checker.floor_s(b) * (1 - 1e-12)
@@ -275,11 +266,7 @@ def test_more_tp_raises_the_communication_share_that_explains_a_slower_step(
     time is not asserted monotone in TP. What must hold is the reported cause: the share of
     the step spent communicating grows with TP, so a slower step at higher TP shows it."""
     arch, hw = load_architecture(model), load_hardware(gpu)
-    b = BatchShape(
-        prefill_tokens=chunk, prefill_seqs=int(chunk > 0),
-        prefill_attention_pairs=prefill_pairs(chunk, 0), prefill_sampled_seqs=int(chunk > 0),
-        decode_seqs=decode, decode_context_tokens=decode * context,
-    )
+    b = BatchShape.one_chunk(chunk, 0, decode, decode * context)
     points = []
     for tp in (1, 2, 4, 8):
         try:

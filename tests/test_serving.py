@@ -113,13 +113,7 @@ def step_timer(scenario: dict[str, Any]) -> Callable[[BatchShape], float]:
 
 
 def prefill(chunk: int, offset: int = 0, sampled: bool = True) -> BatchShape:
-    return BatchShape(
-        prefill_tokens=chunk,
-        prefill_seqs=1,
-        prefill_attention_pairs=prefill_pairs(chunk, offset),
-        prefill_context_tokens=offset,
-        prefill_sampled_seqs=int(sampled),
-    )
+    return BatchShape.one_chunk(chunk, offset, completes_prompt=sampled)
 
 
 def decode(seqs: int, context: int) -> BatchShape:
@@ -127,15 +121,7 @@ def decode(seqs: int, context: int) -> BatchShape:
 
 
 def mixed(chunk: int, offset: int, decode_seqs: int, context: int) -> BatchShape:
-    return BatchShape(
-        prefill_tokens=chunk,
-        prefill_seqs=1,
-        prefill_attention_pairs=prefill_pairs(chunk, offset),
-        prefill_context_tokens=offset,
-        prefill_sampled_seqs=1,
-        decode_seqs=decode_seqs,
-        decode_context_tokens=context,
-    )
+    return BatchShape.one_chunk(chunk, offset, decode_seqs, context)
 
 
 def approx(x: float) -> Any:

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.architecture import Architecture
-from simulator.cost.attention import attention_dims, windowed
+from simulator.cost.attention import attention_dims, prefill_pairs, windowed
 from simulator.cost.comm import allgather_time_s, allreduce_time_s, alltoall_time_s, p2p_time_s
 from simulator.cost.gemm import gemm_bytes, gemm_compute_time_s
 from simulator.cost.layout import Formats, ParallelLayout, check_formats, check_layout
@@ -46,6 +46,28 @@ class BatchShape:
     decode_seqs: int = 0
     decode_context_tokens: int = 0  # sum of cached tokens each decode attends to
     speculative_tokens_per_seq: int = 0  # draft tokens verified with each decode (later issue)
+
+    @classmethod
+    def one_chunk(
+        cls,
+        prefill_tokens: int = 0,
+        offset_tokens: int = 0,
+        decode_seqs: int = 0,
+        decode_context_tokens: int = 0,
+        completes_prompt: bool = True,
+    ) -> BatchShape:
+        """At most one prefill chunk of `prefill_tokens` after `offset_tokens` cached ones
+        (sampling a token if it completes its prompt), alongside a decode batch."""
+        chunk = prefill_tokens > 0
+        return cls(
+            prefill_tokens=prefill_tokens,
+            prefill_seqs=int(chunk),
+            prefill_attention_pairs=prefill_pairs(prefill_tokens, offset_tokens) if chunk else 0.0,
+            prefill_context_tokens=offset_tokens if chunk else 0,
+            prefill_sampled_seqs=int(chunk and completes_prompt),
+            decode_seqs=decode_seqs,
+            decode_context_tokens=decode_context_tokens,
+        )
 
     @property
     def tokens(self) -> int:
