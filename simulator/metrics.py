@@ -16,6 +16,8 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
+# Codes stored in RECORD_DTYPE["drop_reason"]; DROP_REASONS[code] says why (0: not dropped).
+DROP_KV, DROP_CONTEXT, DROP_BUDGET = 1, 2, 3
 DROP_REASONS = (
     "",
     "exceeds KV cache capacity",

@@ -19,16 +19,13 @@ from simulator.cost.memory import require_fit
 from simulator.engine_style import EngineStyle, load_engine_styles
 from simulator.errors import InputError, tag_key
 from simulator.hardware import Hardware, load_hardware
-from simulator.metrics import RECORD_DTYPE
+from simulator.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
 from simulator.scenario import AggregatedDeployment, Scenario
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.scheduler import SchedulerConfig
 from simulator.serving.workload import RequestStream
-
-# Codes for RECORD_DTYPE["drop_reason"] (see metrics.DROP_REASONS).
-DROP_KV, DROP_CONTEXT, DROP_BUDGET = 1, 2, 3
 
 TIMESERIES_COLUMNS = (
     "time_s",
