@@ -44,11 +44,11 @@ class Row:
             raise ValueError(f"{self.id}: arrival {f['arrival']!r} not supported in validation")
         tp = int(f["tensor_parallel"])
         replicas = int(f["replicas"] or 1)
-        seqs = int(f["max_num_seqs"])
+        seqs, tokens = int(f["max_num_seqs"]), int(f["max_num_batched_tokens"])
         return {
             "name": self.id,
             "model": self.model,
-            "hardware": {"gpu": self.gpu, "gpus_per_node": max(8, tp * replicas)},
+            "hardware": {"gpu": self.gpu, "gpus_per_node": tp * replicas},
             "deployment": {
                 "replicas": replicas,
                 "tensor_parallel": tp,
@@ -58,7 +58,7 @@ class Row:
                     "kv_cache": f["kv_cache"],
                 },
                 "engine": f["engine"],
-                "scheduler": {"max_num_seqs": seqs, "max_num_batched_tokens": max(8192, seqs)},
+                "scheduler": {"max_num_seqs": seqs, "max_num_batched_tokens": tokens},
             },
             "workload": {
                 "arrival": arrival,
