@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from simulator.hardware import Hardware
-from simulator.metrics import DROP_REASONS, SLOTargets, summarize
-from simulator.scenario import Scenario, load_scenario_file
+from simulator.hardware.profile import Hardware
+from simulator.inputs.scenario import Scenario, load_scenario_file
+from simulator.inputs.shipped import resolve_scenario
+from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
 from simulator.serving.simulation import (
     TIMESERIES_COLUMNS,
     CheckHook,
@@ -27,7 +28,6 @@ from simulator.serving.simulation import (
     run,
 )
 from simulator.serving.workload import build_stream
-from simulator.shipped import resolve_scenario
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def simulate(
     stream, warnings = build_stream(s, base_dir, skip_bad_rows)
     hook: CheckHook | None
     if check is True:
-        from simulator.invariants import InvariantChecker
+        from simulator.serving.invariants import InvariantChecker
 
         hook = InvariantChecker(engine)
     else:

@@ -8,14 +8,9 @@ from typing import Any
 
 import pytest
 
-from simulator.architecture import (
-    CATALOG_DIR,
-    Architecture,
-    ModelError,
-    catalog_names,
-    load_architecture,
-)
-from simulator.catalog.parse import parse_hf_config
+from simulator.model.architecture import Architecture, ModelError
+from simulator.model.hf_config import parse_hf_config
+from simulator.model.load import CATALOG_DIR, catalog_names, load_architecture
 
 B = 1e9
 

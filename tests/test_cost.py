@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.architecture import load_architecture
 from simulator.cost import (
     BatchShape,
     Formats,
@@ -28,8 +27,9 @@ from simulator.cost import (
 from simulator.cost.comm import allreduce_time_s
 from simulator.cost.gemm import gemm_compute_time_s
 from simulator.cost.memory import kv_bytes_per_token_per_gpu
-from simulator.hardware import load_hardware
-from simulator.precision import gemm_tensor_format, get_format
+from simulator.hardware.profile import load_hardware
+from simulator.model.load import load_architecture
+from simulator.model.precision import gemm_tensor_format, get_format
 
 FAST = settings(max_examples=30, deadline=None)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.engine_style import EngineStyle, load_engine_styles
+from simulator.engines.style import EngineStyle, load_engine_styles
 from simulator.errors import InputError
 
 GOOD_BODY = (

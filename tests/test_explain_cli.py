@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from simulator.architecture import catalog_names
-from simulator.cli import main
-from simulator.hardware import profile_paths
+from simulator.cli.app import main
+from simulator.hardware.profile import profile_paths
+from simulator.model.load import catalog_names
 
 EXPLAIN_70B = [
     "explain", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--precision", "fp8",

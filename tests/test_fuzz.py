@@ -1,5 +1,5 @@
 """Fuzzing bad input: mutated scenario files, CLI flags and request traces go through
-`simulator.cli.main`. Every case ends with exit status 2 and exactly one line on stderr that
+`simulator.cli.app.main`. Every case ends with exit status 2 and exactly one line on stderr that
 names the file (and, for a single mutation, the key it broke) — or, when the mutation happens
 to be valid, with status 0 and a result. Never a traceback.
 
@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simulator
-from simulator.cli import USER_ERRORS, main
+from simulator.cli.app import USER_ERRORS, main
 from simulator.errors import one_line
-from simulator.scenario import EmpiricalLengths, FixedLengths, TraceArrival
+from simulator.inputs.scenario import EmpiricalLengths, FixedLengths, TraceArrival
 
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 # FRONTIER_HYPOTHESIS_EXAMPLES=2000 explores further (and randomly).

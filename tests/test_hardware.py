@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from simulator.errors import InputError
-from simulator.hardware import (
+from simulator.hardware.profile import (
     HardwareFile,
     load_hardware,
     load_profile_file,

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import simulator
-from simulator.cli import EXIT_INVARIANT, main
+from simulator.cli.app import EXIT_INVARIANT, main
 from simulator.cost.step import StepModel
-from simulator.invariants import InvariantChecker, InvariantViolation
+from simulator.serving.invariants import InvariantChecker, InvariantViolation
 from simulator.serving.scheduler import PlannedStep, Scheduler
 from simulator.serving.simulation import build_engine, run, unstable_queue
 from simulator.serving.workload import build_stream

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import simulator
-from simulator.architecture import load_architecture
 from simulator.cost import BatchShape, Formats, LayoutError, ParallelLayout, StepModel
-from simulator.hardware import load_hardware
-from simulator.invariants import InvariantChecker
+from simulator.hardware.profile import load_hardware
+from simulator.model.load import load_architecture
+from simulator.serving.invariants import InvariantChecker
 from simulator.serving.simulation import Engine, build_engine
 
 ROOT = Path(__file__).resolve().parent.parent

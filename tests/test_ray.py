@@ -17,8 +17,8 @@ def test_ray_backend_matches_local(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local instance, never a real cluster
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     data = small_sweep()
-    local = run_sweep(data, tmp_path / "local", backend="local", workers=2, report=False)
-    remote = run_sweep(data, tmp_path / "ray", backend="ray", workers=2, report=False)
+    local = run_sweep(data, tmp_path / "local", backend="local", workers=2)
+    remote = run_sweep(data, tmp_path / "ray", backend="ray", workers=2)
     assert remote.ok == local.ok == 8
     cols_l, rows_l = read_csv(tmp_path / "local" / "results.csv")
     cols_r, rows_r = read_csv(tmp_path / "ray" / "results.csv")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sweep_helpers import REPO, small_sweep
 
-from simulator.cli import main
-from simulator.report import write_scenario_report
+from simulator.cli.app import main
+from simulator.report import write_scenario_report, write_sweep_report
 from simulator.sweep import run_sweep
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -21,7 +21,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("sweep")
-    run_sweep(small_sweep(), out, workers=2)
+    outcome = run_sweep(small_sweep(), out, workers=2)
+    write_sweep_report(out, out / "report.html", x=outcome.x, y=outcome.y)
     return out
 
 

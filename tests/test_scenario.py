@@ -9,10 +9,9 @@ import pytest
 import yaml
 
 from simulator.errors import InputError
-from simulator.scenario import (
-    AggregatedDeployment,
+from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeployment
+from simulator.inputs.scenario import (
     ClosedLoopArrival,
-    DisaggregatedDeployment,
     LognormalLengths,
     PoissonArrival,
     Scenario,

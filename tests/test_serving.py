@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 import simulator
 from simulator.cost.attention import prefill_pairs
-from simulator.cost.step import BatchShape
-from simulator.scenario import load_scenario_file
+from simulator.cost.shape import BatchShape
+from simulator.inputs.scenario import load_scenario_file
 from simulator.serving.replica import Replica
 from simulator.serving.simulation import build_engine
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import simulator
-from simulator.cli import main
-from simulator.metrics import RECORD_DTYPE
+from simulator.cli.app import main
+from simulator.serving.metrics import RECORD_DTYPE
 from simulator.serving.simulation import TIMESERIES_COLUMNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,7 +156,7 @@ def test_entry_point_subprocess(tmp_path: Path) -> None:
 def test_shipped_scenario_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """After a plain pip install there is no scenarios/ folder in the working directory: a
     shipped scenario's name works in place of its path, and `scenarios list` shows them all."""
-    from simulator.shipped import shipped_scenarios
+    from simulator.inputs.shipped import shipped_scenarios
 
     monkeypatch.chdir(tmp_path)
     loaded = simulator.load_scenario("chat-llama-3.1-8b-h100", ["workload.num_requests=5"])

@@ -18,7 +18,7 @@ import pytest
 from sweep_helpers import REPO, small_sweep, write_sweep
 
 import simulator
-from simulator.cli import main
+from simulator.cli.app import main
 from simulator.errors import InputError
 from simulator.sweep import expand, load_sweep, pareto_mask, run_sweep
 from simulator.sweep.cost import energy_j_per_output_token, usd_per_million_output_tokens
@@ -251,7 +251,7 @@ def test_a_crashed_point_is_recorded_and_the_sweep_goes_on(
         return real(loaded, **kw)
 
     monkeypatch.setattr(simulator, "simulate", flaky)  # inherited by the forked workers
-    outcome = run_sweep(small_sweep(), tmp_path, workers=2, report=False)
+    outcome = run_sweep(small_sweep(), tmp_path, workers=2)
     assert outcome.crashed == 4 and outcome.ok == 4
     _, rows = read_csv(tmp_path / "results.csv")
     crashed = [r for r in rows if r["point_status"] == "error"]
@@ -264,7 +264,7 @@ def test_engine_refusals_are_dropped_and_outputs_are_complete(tmp_path: Path) ->
     data = small_sweep()
     data["model"] = "llama-3.1-70b"
     data["sweep"] = {"deployment.tensor_parallel": [1, 8]}  # 70B BF16 does not fit on one GPU
-    outcome = run_sweep(data, tmp_path, workers=1, report=False)
+    outcome = run_sweep(data, tmp_path, workers=1)
     assert outcome.dropped["model does not fit in GPU memory"] == 1 and outcome.ok == 1
     columns, rows = read_csv(tmp_path / "results.csv")
     assert columns[:4] == ["point_id", "point_status", "point_error",
@@ -287,7 +287,7 @@ def test_cost_and_energy_columns(tmp_path: Path) -> None:
     assert usd_per_million_output_tokens(8, 2.5, 1000.0) == pytest.approx(8 * 2.5 / 3600 / 1e-3)
     assert usd_per_million_output_tokens(8, None, 1000.0) is None
     assert energy_j_per_output_token(700.0, 2, 0.5, 100.0) == pytest.approx(7.0)
-    run_sweep(small_sweep(), tmp_path, workers=2, report=False, prices={"h100-sxm": 3.0})
+    run_sweep(small_sweep(), tmp_path, workers=2, prices={"h100-sxm": 3.0})
     _, rows = read_csv(tmp_path / "results.csv")
     for r in rows:
         want = r["num_gpus"] * 3.0 / 3600 / r["output_tokens_per_s"] * 1e6
@@ -377,7 +377,7 @@ def test_recommend_picks_the_obvious_winner() -> None:
 
 
 def test_recommend_cli_on_a_real_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_sweep(small_sweep(), tmp_path, workers=2, report=False)
+    run_sweep(small_sweep(), tmp_path, workers=2)
     main(["recommend", str(tmp_path), "--slo", "ttft_p99_s=5", "--rate", "20"])
     out = capsys.readouterr().out
     assert "recommended:" in out and "runner-ups" in out and "frontier simulate" in out
@@ -437,7 +437,7 @@ def test_export_bench_for_closed_loop_uses_max_concurrency() -> None:
 
 
 def test_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_sweep(small_sweep(), tmp_path, workers=2, report=False)
+    run_sweep(small_sweep(), tmp_path, workers=2)
     main(["export", str(tmp_path), "--top", "2", "--engine", "sglang"])
     out = capsys.readouterr().out
     assert out.count("python -m sglang.launch_server") == 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import InputError
-from simulator.scenario import (
+from simulator.inputs.scenario import (
     ClosedLoopArrival,
     ConstantArrival,
     EmpiricalLengths,
@@ -22,13 +22,8 @@ from simulator.scenario import (
     UniformLengths,
     load_scenario_file,
 )
-from simulator.serving.workload import (
-    build_stream,
-    load_trace,
-    parse_azure_timestamp,
-    sample_arrivals,
-    sample_lengths,
-)
+from simulator.serving.trace_files import load_trace, parse_azure_timestamp
+from simulator.serving.workload import build_stream, sample_arrivals, sample_lengths
 
 TRACES = Path(__file__).resolve().parent.parent / "scenarios" / "traces"
 

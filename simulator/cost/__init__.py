@@ -4,7 +4,8 @@ from simulator.cost.attention import prefill_pairs
 from simulator.cost.layout import Formats, LayoutError, ParallelLayout
 from simulator.cost.memory import MemoryBudget, MemoryFitError, memory_budget, require_fit
 from simulator.cost.ops import OpCost
-from simulator.cost.step import BatchShape, StepCost, StepModel
+from simulator.cost.shape import BatchShape, StepCost
+from simulator.cost.step import StepModel
 
 __all__ = [
     "BatchShape",

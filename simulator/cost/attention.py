@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.architecture import Architecture
+from simulator.model.architecture import Architecture
 
 
 def prefill_pairs(chunk_tokens: int, offset_tokens: int) -> float:

@@ -8,7 +8,7 @@ hardware profile (fitted to the NCCL and custom all-reduce rows in shared/refere
 
 from __future__ import annotations
 
-from simulator.hardware import Hardware
+from simulator.hardware.profile import Hardware
 
 
 def _link(hw: Hardware, group: int) -> tuple[float, float]:

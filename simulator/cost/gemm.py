@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from simulator.hardware import GemmTiling
+from simulator.hardware.profile import GemmTiling
 
 
 def gemm_compute_time_s(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.architecture import Architecture
-from simulator.hardware import Hardware
-from simulator.precision import get_format
+from simulator.hardware.profile import Hardware
+from simulator.model.architecture import Architecture
+from simulator.model.precision import get_format
 
 
 class LayoutError(ValueError):

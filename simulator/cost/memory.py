@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.architecture import Architecture
 from simulator.cost.layout import Formats, ParallelLayout, kv_heads_per_gpu
-from simulator.hardware import Hardware
-from simulator.precision import BF16_BYTES, FP32_BYTES, get_format
+from simulator.hardware.profile import Hardware
+from simulator.model.architecture import Architecture
+from simulator.model.precision import BF16_BYTES, FP32_BYTES, get_format
 
 
 class MemoryFitError(ValueError):

@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simulator.cost.step import BatchShape, StepModel
-from simulator.engine_style import EngineStyle
+from simulator.cost.shape import BatchShape
+from simulator.cost.step import StepModel
+from simulator.engines.style import EngineStyle
 from simulator.serving.request import Request
 from simulator.serving.scheduler import PlannedStep, Scheduler, SchedulerConfig
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.cost.attention import prefill_pairs
-from simulator.cost.step import BatchShape
+from simulator.cost.shape import BatchShape
 from simulator.serving.request import Request
 
 

@@ -13,14 +13,16 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
-from simulator.architecture import Architecture, load_architecture
 from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, memory_budget
 from simulator.cost.memory import require_fit
-from simulator.engine_style import EngineStyle, load_engine_styles
+from simulator.engines.style import EngineStyle, load_engine_styles
 from simulator.errors import InputError, tag_key
-from simulator.hardware import Hardware, load_hardware
-from simulator.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
-from simulator.scenario import AggregatedDeployment, Scenario
+from simulator.hardware.profile import Hardware, load_hardware
+from simulator.inputs.deployment import AggregatedDeployment
+from simulator.inputs.scenario import Scenario
+from simulator.model.architecture import Architecture
+from simulator.model.load import load_architecture
+from simulator.serving.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS

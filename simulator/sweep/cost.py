@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from simulator.errors import InputError
-from simulator.hardware import load_hardware
+from simulator.hardware.profile import load_hardware
 
 PRICES_ENV = "FRONTIER_GPU_PRICES"
 

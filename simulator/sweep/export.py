@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from simulator.architecture import CATALOG_DIR
+from simulator.model.load import CATALOG_DIR
 
 ENGINES = ("vllm", "sglang", "trtllm")
 DEFAULT_PORT = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
-from simulator.scenario import apply_overrides, load_scenario_file, scenario_to_dict
-from simulator.shipped import resolve_scenario
+from simulator.inputs.scenario import apply_overrides, load_scenario_file, scenario_to_dict
+from simulator.inputs.shipped import resolve_scenario
+from simulator.inputs.yamlfile import load_yaml_mapping
 from simulator.sweep.expr import Constraint, parse_constraint
-from simulator.yamlfile import load_yaml_mapping
 
 SWEEP_KEYS = ("sweep", "constraints")
 

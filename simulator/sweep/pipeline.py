@@ -1,11 +1,12 @@
-"""`frontier sweep`: expand the grid, run the points into the store, then write the outputs.
+"""`frontier sweep`: expand the grid, run the points into the store, then write the tables.
 
     DIR/store.jsonl        durable record of every finished point (append-only, see store.py)
     DIR/points/<key>.yaml  the full scenario of every point (`frontier simulate` reruns it)
     DIR/results.csv        one row per point (table.py), written atomically at the end
     DIR/frontier.csv       the Pareto-optimal rows (frontier.py)
-    DIR/report.html        plotly report, one self-contained file (simulator/report)
     DIR/sweep.json         what the other commands need: axes, drop counts, frontier axes
+
+(`frontier sweep` then has the report layer draw DIR/report.html from these files.)
 """
 
 from __future__ import annotations
@@ -117,8 +118,6 @@ def run_sweep(
     prices: Mapping[str, float] | None = None,
     x: Axis = DEFAULT_X,
     y: Axis = DEFAULT_Y,
-    report: bool = True,
-    color_by: str | None = None,
     progress_stream: IO[str] | None = None,
     evaluate: Evaluate = evaluate_point,
 ) -> SweepOutcome:
@@ -165,14 +164,14 @@ def run_sweep(
     outcome = SweepOutcome(out, expansion.total, len(expansion.points),
                            len(expansion.points) - len(todo), len(tasks), counts["ok"],
                            counts["error"], counts["dropped"], x=x, y=y, store_notes=notes)
-    finalize(out, spec, expansion, records, prices or {}, outcome, report, color_by)
+    finalize(out, spec, expansion, records, prices or {}, outcome)
     return outcome
 
 
 def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[str, Record],
-             prices: Mapping[str, float], outcome: SweepOutcome, report: bool,
-             color_by: str | None) -> None:
-    """Compact the store into results.csv and frontier.csv (atomically), then the report."""
+             prices: Mapping[str, float], outcome: SweepOutcome) -> None:
+    """Compact the store into results.csv and frontier.csv (atomically); the report layer,
+    above this one, draws report.html from them (`frontier sweep` asks it to)."""
     points = expansion.points
     rows = build_rows(points, records, prices)
     columns = columns_of(rows, spec.axes)
@@ -195,12 +194,6 @@ def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[
     }
     write_atomic(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     outcome.written = [str(out / "results.csv"), str(out / "frontier.csv")]
-    if report:
-        from simulator.report import write_sweep_report
-
-        write_sweep_report(out, out / "report.html", x=outcome.x, y=outcome.y,
-                           color_by=color_by)
-        outcome.written.append(str(out / "report.html"))
     outcome.written.append(f"{out / 'points'}/ ({len(points)} scenarios)")
 
 

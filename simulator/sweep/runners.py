@@ -18,9 +18,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import IO, Any
 
-from simulator.architecture import ModelError
 from simulator.cost import LayoutError, MemoryFitError
 from simulator.errors import InputError
+from simulator.model.architecture import ModelError
 from simulator.sweep.store import Record, make_record
 
 RAY_INSTALL_HINT = (
@@ -57,7 +57,7 @@ def evaluate_point(task: Task) -> Record:
     """Load and simulate one point; never raises for a bad point (the record says why)."""
     import simulator
     from simulator.api import LoadedScenario
-    from simulator.scenario import load_scenario_file
+    from simulator.inputs.scenario import load_scenario_file
 
     t0 = time.perf_counter()
     try:

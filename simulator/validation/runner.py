@@ -37,7 +37,7 @@ class Scored:
 
 def predict(row: Row, band: bool = False) -> Scored:
     import simulator
-    from simulator.uncertainty import simulate_band
+    from simulator.validation.uncertainty import simulate_band
 
     scenario = simulator.load_scenario(row.scenario())
     if band:

@@ -1,17 +1,12 @@
 """Typed transformer architecture parsed from an HF-style config.json (offline).
 
 The cost model only ever sees an `Architecture`: one frozen record of the shapes that set
-FLOPs and bytes. Parsing lives here so that adding a model is adding a config.json.
+FLOPs and bytes. Parsing lives in `hf_config`, finding a config in `load`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-CATALOG_DIR = Path(__file__).parent / "catalog"
 
 
 class ModelError(ValueError):
@@ -177,43 +172,3 @@ class Architecture:
         if self.mla is not None:
             return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
-
-
-def _parse_config(raw: dict[str, Any], name: str) -> Architecture:
-    """Build an Architecture from a parsed config.json; implemented in catalog parsing."""
-    from simulator.catalog.parse import parse_hf_config
-
-    return parse_hf_config(raw, name)
-
-
-def catalog_names() -> list[str]:
-    """Names of the shipped model configs (file stems in simulator/catalog/)."""
-    return sorted(p.stem for p in CATALOG_DIR.glob("*.json"))
-
-
-def load_architecture(name_or_path: str) -> Architecture:
-    """A catalog name (`llama-3.1-70b`) or a path to any HF-style config.json."""
-    path = Path(name_or_path)
-    if path.suffix == ".json" or path.exists():
-        if not path.is_file():
-            raise ModelError(f"model config {name_or_path!r}: no such file")
-        name = path.parent.name if path.name == "config.json" else path.stem
-    else:
-        path = CATALOG_DIR / f"{name_or_path}.json"
-        if not path.is_file():
-            from difflib import get_close_matches
-
-            near = get_close_matches(name_or_path, catalog_names(), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise ModelError(
-                f"unknown model {name_or_path!r}{hint} "
-                f"(valid: {', '.join(catalog_names())}, or a path to a config.json)"
-            )
-        name = name_or_path
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"model config {str(path)!r}: cannot read JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise ModelError(f"model config {str(path)!r}: top level must be a JSON object")
-    return _parse_config(raw, name)

@@ -191,7 +191,7 @@ def _to_hardware(f: HardwareFile) -> Hardware:
 
 
 def _checkout_dir() -> Path | None:
-    here = Path(__file__).resolve().parent.parent / "hardware_profiles"
+    here = Path(__file__).resolve().parents[2] / "hardware_profiles"
     return here if here.is_dir() else None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simulator.architecture import Architecture, MLASpec, ModelError, MoESpec
+from simulator.model.architecture import Architecture, MLASpec, ModelError, MoESpec
 
 # Model types whose MLP is SwiGLU (gate, up, down) regardless of what `hidden_act` says.
 _GATED_MODEL_TYPES = frozenset(

@@ -1,6 +1,6 @@
 """`frontier sweep | recommend | export | report | bench-sweep`: the sweep commands.
 
-Registered on the main group by `register(cli)` at the end of simulator/cli.py. Bad input
+Registered on the main group by `register(cli)` in simulator/cli/app.py. Bad input
 raises InputError (one line on stderr, exit 2, as everywhere in the CLI).
 """
 
@@ -57,9 +57,14 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
         raise InputError("--resume and --fresh exclude each other")
     outcome = run_sweep(
         sweep_file, out_dir, backend=backend, workers=workers, resume=resume, fresh=fresh,
-        ray_address=ray_address, prices=gpu_prices(gpu_price), report=not no_report,
-        color_by=color_by, **_axes(x_axis, y_axis),
+        ray_address=ray_address, prices=gpu_prices(gpu_price), **_axes(x_axis, y_axis),
     )
+    if not no_report:
+        from simulator.report import write_sweep_report
+
+        page = Path(out_dir) / "report.html"
+        write_sweep_report(Path(out_dir), page, x=outcome.x, y=outcome.y, color_by=color_by)
+        outcome.written.insert(-1, str(page))
     for line in outcome.summary_lines():
         click.echo(line)
 
@@ -246,7 +251,7 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
 def bench_sweep(points: int, num_requests: int, workers: int) -> None:
     """Benchmark a whole sweep: points simulated per second on N worker processes."""
-    from simulator.sweep.bench import run_sweep_bench
+    from simulator.bench.sweep import run_sweep_bench
 
     for line in run_sweep_bench(points, num_requests, workers):
         click.echo(line)

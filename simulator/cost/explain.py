@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.architecture import Architecture, load_architecture
 from simulator.cost import (
     BatchShape,
     Formats,
@@ -16,7 +15,9 @@ from simulator.cost import (
     memory_budget,
     require_fit,
 )
-from simulator.hardware import Hardware, load_hardware
+from simulator.hardware.profile import Hardware, load_hardware
+from simulator.model.architecture import Architecture
+from simulator.model.load import load_architecture
 from simulator.units import duration, si, table
 
 

@@ -56,7 +56,7 @@ def run_sweep_bench(points: int = 1000, num_requests: int = 1000,
            f"1000 in / 250 out) on {workers} worker process(es)")
     with tempfile.TemporaryDirectory(prefix="frontier-bench-sweep-") as tmp:
         t0 = time.perf_counter()
-        outcome = run_sweep(spec, tmp, workers=workers, report=False)
+        outcome = run_sweep(spec, tmp, workers=workers)
         wall = time.perf_counter() - t0
     yield (f"{outcome.ran:,} points in {wall:.1f} s wall: {outcome.ran / wall:.2f} points/s, "
            f"{outcome.ran * num_requests / wall:,.0f} requests/s; {outcome.ok} ok, "

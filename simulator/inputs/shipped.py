@@ -8,7 +8,7 @@ from pathlib import Path
 
 def scenarios_dir() -> Path:
     """scenarios/ of the checkout, else the copy packaged in the wheel."""
-    checkout = Path(__file__).resolve().parent.parent / "scenarios"
+    checkout = Path(__file__).resolve().parents[2] / "scenarios"
     if checkout.is_dir():
         return checkout
     return Path(str(resources.files("simulator") / "_shipped" / "scenarios"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from simulator.hardware import Hardware, load_hardware
+from simulator.hardware.profile import Hardware, load_hardware
 
 _FRACTIONS = (
     "gemm_compute_fraction",

@@ -1,6 +1,6 @@
 """The workload part of a scenario: arrivals, prompt and output lengths, priorities.
 
-Public keys (DESIGN.md, "Scenario file"); `simulator.scenario` re-exports every name here.
+Public keys (DESIGN.md, "Scenario file"); `simulator.inputs.scenario` re-exports every name here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from simulator.schema_common import (
+from simulator.inputs.common import (
     Int32,
     PosFloat,
     PosInt,

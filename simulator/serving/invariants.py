@@ -40,17 +40,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from simulator.api import Result
     from simulator.cost.ops import OpCost
-    from simulator.cost.step import BatchShape
+    from simulator.cost.shape import BatchShape
     from simulator.serving.replica import Replica
     from simulator.serving.scheduler import PlannedStep
     from simulator.serving.simulation import Engine, RunOutput
+
+
+
+class Summarized(Protocol):
+    """What `check_result` reads of a result: its summary dict. A protocol, so this layer
+    never imports the API layer that builds results (and calls this checker)."""
+
+    @property
+    def summary(self) -> dict[str, Any]: ...
+
 
 REL_TOL = 1e-9  # float slack on the bounds (sums of many step times)
 # The KV recount walks the running requests: every step while few run, else every 8th step.
@@ -271,7 +280,7 @@ class InvariantChecker:
                 f"{tokens} output tokens completed but only {self.sampled_rows} rows sampled",
             )
 
-    def check_result(self, result: Result) -> None:
+    def check_result(self, result: Summarized) -> None:
         """Bounds on the summary: throughput under the roofline ideal, every number finite."""
         summary = result.summary
 

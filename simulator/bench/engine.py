@@ -7,9 +7,9 @@ import statistics
 import time
 from collections.abc import Iterator
 
-from simulator.architecture import load_architecture
 from simulator.cost import BatchShape, Formats, ParallelLayout, StepModel
-from simulator.hardware import load_hardware
+from simulator.hardware.profile import load_hardware
+from simulator.model.load import load_architecture
 
 BENCH_SCENARIO = {
     "name": "bench: llama-3.1-8b on one h100, 20 req/s, 1000 in / 250 out",

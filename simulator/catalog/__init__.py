@@ -1,1 +1,0 @@
-"""Shipped HF config.json files and the offline parser that turns them into Architectures."""

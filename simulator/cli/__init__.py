@@ -1,0 +1,1 @@
+"""The `frontier` command line: one module per command group, all thin over the API."""

@@ -1,0 +1,71 @@
+"""`frontier` command line: a thin shell over the public API. Bad input: one line, exit 2.
+
+Each command group lives in a module of its own; this one builds the group and the entry point.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from simulator.cli.bench import bench, bench_scale
+from simulator.cli.catalogs import hardware, models, scenarios
+from simulator.cli.common import USER_ERRORS
+from simulator.cli.explain import explain
+from simulator.cli.simulate import simulate
+from simulator.cli.sweep import register
+from simulator.cli.validate import validate
+from simulator.errors import one_line
+from simulator.serving.invariants import InvariantViolation
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="frontier-sim")
+@click.option(
+    "--hardware-path",
+    "hardware_paths",
+    multiple=True,
+    type=click.Path(file_okay=False, exists=True),
+    help="A folder of your own GPU profile YAMLs, added to the shipped ones (repeatable; "
+    "same as FRONTIER_HARDWARE_PATH).",
+)
+def cli(hardware_paths: tuple[str, ...]) -> None:
+    """frontier: predict the latency/throughput frontier of LLM serving without GPUs."""
+    if hardware_paths:
+        # Sweep workers inherit the environment, so the flag reaches every process.
+        parts = [p for p in os.environ.get("FRONTIER_HARDWARE_PATH", "").split(os.pathsep) if p]
+        os.environ["FRONTIER_HARDWARE_PATH"] = os.pathsep.join([*parts, *hardware_paths])
+
+
+for _command in (explain, hardware, models, scenarios, simulate, bench, bench_scale, validate):
+    cli.add_command(_command)
+register(cli)
+
+
+EXIT_INVARIANT = 3  # `simulate --check` found a simulator bug (not the user's fault)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every user error becomes one line on stderr and exit status 2; a broken
+    invariant under `--check` one line and status 3."""
+    try:
+        cli.main(args=argv, prog_name="frontier", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("frontier: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"frontier: {one_line(exc.format_message())}", err=True)
+        sys.exit(2)
+    except InvariantViolation as exc:
+        click.echo(f"frontier: simulator bug: {one_line(str(exc))}", err=True)
+        sys.exit(EXIT_INVARIANT)
+    except USER_ERRORS as exc:
+        text = one_line(str(exc)) if str(exc) else type(exc).__name__
+        click.echo(f"frontier: {text}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,31 @@
+"""`frontier bench` and `bench-scale`: how fast the simulator itself runs."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=10_000,
+              show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--step-evals", type=click.IntRange(min=1), default=200_000, show_default=True)
+def bench(num_requests: int, repeat: int, step_evals: int) -> None:
+    """Benchmark the simulator itself: step-cost evaluations/s and requests simulated/s."""
+    from simulator.bench.engine import run_bench
+
+    for line in run_bench(num_requests, repeat, step_evals):
+        click.echo(line)
+
+
+@click.command("bench-scale")
+@click.option("--requests", "num_requests", type=click.IntRange(min=1), default=1_000_000,
+              show_default=True)
+@click.option("--steps", type=click.IntRange(min=1, max=4), default=2, show_default=True,
+              help="Also run 1/10, 1/100, ... of the requests first, to show the scaling.")
+def bench_scale(num_requests: int, steps: int) -> None:
+    """Scale benchmark: wall time, requests/s and peak memory for many requests."""
+    from simulator.bench.engine import run_bench_scale
+
+    for line in run_bench_scale(num_requests, steps):
+        click.echo(line)

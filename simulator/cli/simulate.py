@@ -1,0 +1,135 @@
+"""`frontier simulate`: run one scenario and print or write its results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from simulator.cli.common import USER_ERRORS, dump
+from simulator.errors import InputError, located_message
+from simulator.units import table
+
+
+def _summary_text(result: Any, name: str) -> str:
+    d = result.to_dict()
+
+    def ms(block: dict[str, float | None], key: str) -> str:
+        v = block[key]
+        return "-" if v is None else f"{v * 1e3:.1f}"
+
+    rows = []
+    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"),
+                       ("E2E", "e2e_s"), ("queue", "queue_s")):
+        b = d[key]
+        rows.append([label, ms(b, "mean"), ms(b, "p50"), ms(b, "p90"), ms(b, "p99")])
+    lines = [
+        f"{name}: {d['status']}, {d['requests_completed']} completed, "
+        f"{d['requests_dropped']} dropped, {d['preemptions']} preemptions, "
+        f"{d['duration_s']:.1f} s simulated on {d['num_gpus']} GPU(s)",
+        f"throughput: {d['output_tokens_per_s']:.0f} output tok/s "
+        f"({d['output_tokens_per_s_per_gpu']:.0f} per GPU), {d['input_tokens_per_s']:.0f} input "
+        f"tok/s, {d['requests_per_s']:.2f} req/s",
+        "",
+        table(["latency (ms)", "mean", "p50", "p90", "p99"], rows),
+    ]
+    pu = d["output_tokens_per_s_per_user"]
+    if pu["p50"] is not None:
+        lines.append(f"\nper user: {pu['p50']:.1f} tok/s (p50), {pu['p90']:.1f} (p90)")
+    if d["slo_attainment"] is not None:
+        lines.append(
+            f"SLO: {d['slo_attainment']:.1%} of requests met every target; goodput "
+            f"{d['goodput_requests_per_s']:.2f} req/s"
+        )
+    for reason, count in result.drop_reasons().items():
+        lines.append(f"dropped {count}: {reason}")
+    lines.extend(f"warning: {w}" for w in d["warnings"])
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Override any scenario key, typed through the schema (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON on stdout.")
+@click.option("--requests-csv", type=click.Path(dir_okay=False, writable=True),
+              help="Write one row per request (times, lengths, preemptions, drop reason).")
+@click.option("--timeseries", type=click.Path(dir_okay=False, writable=True),
+              help="Write one row per engine step (batch, queue, KV use, step time by kind).")
+@click.option("--check", is_flag=True, help="Check the simulation's invariants every step.")
+@click.option("--band", is_flag=True,
+              help="Also run the GPU's low/high efficiency profiles: an uncertainty band.")
+@click.option("--skip-bad-rows", is_flag=True,
+              help="Skip malformed trace rows instead of refusing.")
+def simulate(
+    scenario: str,
+    overrides: tuple[str, ...],
+    as_json: bool,
+    requests_csv: str | None,
+    timeseries: str | None,
+    check: bool,
+    band: bool,
+    skip_bad_rows: bool,
+) -> None:
+    """Simulate SCENARIO.yaml and print its latency and throughput summary."""
+    import numpy as np
+
+    import simulator
+    from simulator.serving.simulation import TIMESERIES_COLUMNS
+
+    try:
+        loaded = simulator.load_scenario(scenario, overrides)
+        result = simulator.simulate(
+            loaded, timeseries=timeseries is not None, check=check, skip_bad_rows=skip_bad_rows
+        )
+    except USER_ERRORS as exc:  # one line naming the file and, where known, the key
+        raise InputError(located_message(scenario, exc)) from None
+    try:
+        if requests_csv:
+            recs = result.requests
+            names = recs.dtype.names or ()
+            np.savetxt(requests_csv, np.column_stack([recs[n] for n in names]),
+                       delimiter=",", header=",".join(names), comments="", fmt="%.9g")
+        if timeseries and result.timeseries is not None:
+            np.savetxt(timeseries, result.timeseries, delimiter=",",
+                       header=",".join(TIMESERIES_COLUMNS), comments="", fmt="%.9g")
+    except OSError as exc:  # a missing folder, no permission: the user's path, not a bug
+        where = exc.filename or "output file"
+        raise InputError(f"{where}: cannot write ({exc.strerror or exc})") from None
+    bands = _bands(loaded, skip_bad_rows) if band else None
+    if as_json:
+        data = result.to_dict()
+        if bands is not None:
+            data["band"] = bands
+        dump(data)
+    else:
+        click.echo(_summary_text(result, loaded.scenario.name or scenario))
+        for key, (low, high) in (bands or {}).items():
+            click.echo(f"band {key}: {low:.4g} .. {high:.4g}")
+
+
+BAND_KEYS = ("output_tokens_per_s", "ttft_s.p99", "tpot_s.p50", "e2e_s.p50")
+
+
+def _bands(loaded: Any, skip_bad_rows: bool) -> dict[str, list[float]]:
+    """Headline metrics on the pessimistic and optimistic GPU profiles, as [low, high]."""
+    import simulator
+    from simulator.hardware.profile import load_hardware
+    from simulator.validation.uncertainty import perturbed
+
+    hw = load_hardware(loaded.scenario.hardware.gpu)
+    runs = [
+        simulator.simulate(loaded, hardware=perturbed(hw, d), skip_bad_rows=skip_bad_rows).to_dict()
+        for d in (-1, 1)
+    ]
+    out: dict[str, list[float]] = {}
+    for key in BAND_KEYS:
+        vals = []
+        for r in runs:
+            v: Any = r
+            for part in key.split("."):
+                v = v[part]
+            vals.append(v)
+        if all(isinstance(v, float | int) for v in vals):
+            out[key] = [float(min(vals)), float(max(vals))]
+    return out

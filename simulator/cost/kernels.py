@@ -1,0 +1,117 @@
+"""One configured chip: a model on a GPU under a layout and formats, its effective rates, and
+the one-kernel costs (a GEMM, an elementwise pass, a collective) every operator list builds on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cost.gemm import gemm_bytes, gemm_compute_time_s
+from simulator.cost.layout import Formats, ParallelLayout, check_formats, check_layout
+from simulator.cost.ops import OpCost, roofline
+from simulator.hardware.profile import Hardware
+from simulator.model.architecture import Architecture
+from simulator.model.precision import (
+    BF16_BYTES,
+    attention_tensor_format,
+    gemm_tensor_format,
+    get_format,
+)
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The configuration a step is costed under; checks the layout and formats once."""
+
+    arch: Architecture
+    hw: Hardware
+    layout: ParallelLayout
+    formats: Formats
+    comm_overlap: float = 0.0  # fraction of communication hidden under compute (assumption)
+
+    def __post_init__(self) -> None:
+        check_layout(self.arch, self.layout)
+        check_formats(self.hw, self.formats)
+        if not 0.0 <= self.comm_overlap <= 1.0:
+            raise ValueError(f"comm_overlap must be in [0, 1] (got {self.comm_overlap})")
+
+    # ---- rates -------------------------------------------------------------------------
+
+    @property
+    def gemm_format(self) -> str:
+        supported = frozenset(self.hw.dense_flops_per_s)
+        return gemm_tensor_format(self.formats.weights, self.formats.activations, supported)
+
+    @property
+    def gemm_flops_per_s(self) -> float:
+        return self.hw.dense_flops_per_s[self.gemm_format] * self.hw.gemm_compute_fraction
+
+    @property
+    def bf16_gemm_flops_per_s(self) -> float:
+        fmt = attention_tensor_format(frozenset(self.hw.dense_flops_per_s))
+        return self.hw.dense_flops_per_s[fmt] * self.hw.gemm_compute_fraction
+
+    @property
+    def attention_flops_per_s(self) -> float:
+        fmt = attention_tensor_format(frozenset(self.hw.dense_flops_per_s))
+        return self.hw.dense_flops_per_s[fmt] * self.hw.attention_compute_fraction
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hw.hbm_bytes_per_s * self.hw.hbm_bandwidth_fraction
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Arithmetic intensity above which a GEMM is compute-bound on this chip."""
+        return self.gemm_flops_per_s / self.hbm_bytes_per_s
+
+    # ---- building blocks ---------------------------------------------------------------
+
+    def gemm(
+        self,
+        op: str,
+        m: int,
+        n: int,
+        k: int,
+        layers: int,
+        groups: int = 1,
+        bf16: bool = False,
+    ) -> OpCost:
+        """`groups` same-shape GEMMs (MoE experts) launched as one grouped kernel per layer."""
+        if bf16:
+            rate, wb, ab = self.bf16_gemm_flops_per_s, BF16_BYTES, BF16_BYTES
+        else:
+            rate = self.gemm_flops_per_s
+            wb = get_format(self.formats.weights).bytes_per_element
+            ab = min(get_format(self.formats.activations).bytes_per_element, BF16_BYTES)
+        flops = 2.0 * m * n * k * groups * layers
+        nbytes = gemm_bytes(m, n, k, wb, ab) * groups * layers
+        hw = self.hw
+        compute_s = gemm_compute_time_s(m, n * groups, k, rate, hw.sm_count, hw.gemm_tiling)
+        compute_s *= layers
+        return roofline(
+            op,
+            flops,
+            nbytes,
+            rate,
+            self.hbm_bytes_per_s,
+            layers,
+            self.hw.kernel_launch_overhead_s,
+            compute_s,
+        )
+
+    def elementwise(self, op: str, nbytes: float, kernels: int) -> OpCost:
+        return roofline(
+            op,
+            0.0,
+            nbytes,
+            1.0,
+            self.hbm_bytes_per_s,
+            kernels,
+            self.hw.kernel_launch_overhead_s,
+            compute_s=0.0,
+        )
+
+    def comm(self, op: str, time_s: float, nbytes: float) -> OpCost:
+        t = time_s * (1.0 - self.comm_overlap)
+        return OpCost(op, 0.0, nbytes, t, 0.0, "communication", 0)

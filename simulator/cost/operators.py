@@ -1,0 +1,239 @@
+"""The operator lists of one step: what each layer's kernels cost as roofline rows.
+
+`token_ops` and `head_ops` depend only on token and row counts (so the fast path memoizes
+them); the attention rows depend on the batch's contexts. Pure functions over a `Kernels`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.cost.attention import attention_dims, windowed
+from simulator.cost.comm import allgather_time_s, allreduce_time_s, alltoall_time_s, p2p_time_s
+from simulator.cost.kernels import Kernels
+from simulator.cost.layout import kv_heads_per_gpu as _kv_heads_per_gpu
+from simulator.cost.ops import OpCost, roofline
+from simulator.cost.shape import BatchShape
+from simulator.model.precision import BF16_BYTES, FP32_BYTES, get_format
+
+# (prefill FLOPs per pair, decode FLOPs per pair, KV bytes per token per layer, Q/O bytes per
+# prefill token per layer, attention FLOP/s, attention bytes/s, full, sliding and all layers)
+AttentionConsts = tuple[float, float, float, float, float, float, int, int, int]
+
+
+def token_ops(k: Kernels, tokens: int) -> list[OpCost]:
+    """Projections, MLP/MoE, norms and collectives of `tokens` tokens through all layers."""
+    if tokens <= 0:
+        return []
+    a, lay = k.arch, k.layout
+    tp, dp, group = lay.tensor_parallel, lay.attention_data_parallel, lay.mlp_group
+    h, L = a.hidden_size, a.num_layers
+    ma = math.ceil(tokens / dp)  # tokens on one attention-DP rank
+    ops: list[OpCost] = [k.elementwise("embedding", ma * h * BF16_BYTES, 1)]
+
+    if a.mla is None:
+        qkv_n = (a.num_attention_heads // tp + 2 * _kv_heads_per_gpu(a, tp)) * a.head_dim
+        ops.append(k.gemm("qkv_proj", ma, qkv_n, h, L))
+        o_k = a.num_attention_heads // tp * a.head_dim
+    else:
+        m, heads = a.mla, a.num_attention_heads // tp
+        down_n = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
+        ops.append(k.gemm("mla_down_proj", ma, down_n, h, L))
+        q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
+        ops.append(
+            k.gemm(
+                "mla_q_up_proj", ma, heads * (m.qk_nope_head_dim + m.qk_rope_head_dim), q_in, L
+            )
+        )
+        ops.append(
+            k.gemm(
+                "mla_kv_up_proj",
+                ma,
+                heads * (m.qk_nope_head_dim + m.v_head_dim),
+                m.kv_lora_rank,
+                L,
+            )
+        )
+        o_k = heads * m.v_head_dim
+    ops.append(k.gemm("o_proj", ma, h, o_k, L))
+
+    # Collectives around attention and the FFN. Pure TP: two all-reduces per layer.
+    # Attention-DP: all-reduce inside each TP group, then the FFN group gathers every
+    # rank's tokens and scatters them back (SGLang-style DP attention).
+    act_bytes = tokens * h * BF16_BYTES
+    if dp == 1:
+        if tp > 1:  # a single GPU has nothing to reduce: no row, no bytes on the wire
+            ops.append(
+                k.comm(
+                    "tp_allreduce",
+                    2 * L * allreduce_time_s(act_bytes, tp, k.hw),
+                    2 * L * act_bytes,
+                )
+            )
+    else:
+        per_rank = ma * h * BF16_BYTES if tp > 1 else 0.0  # no all-reduce over one rank
+        t = L * (
+            allreduce_time_s(per_rank, tp, k.hw)
+            + 2 * allgather_time_s(act_bytes, group, k.hw)
+        )
+        ops.append(k.comm("dp_gather_scatter", t, L * (per_rank + 2 * act_bytes)))
+
+    ops.extend(ffn_ops(k, tokens))
+
+    i_loc = a.intermediate_size / group
+    norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
+    # RoPE rotates this rank's queries and keys in place (read + write each).
+    k_width = (
+        a.mla.qk_rope_head_dim if a.mla is not None else _kv_heads_per_gpu(a, tp) * a.head_dim
+    )
+    rope_bytes = 2 * ma * (a.q_dim / tp + k_width) * BF16_BYTES
+    act_fn_bytes = 3 * tokens * i_loc * BF16_BYTES if a.num_dense_mlp_layers else 0.0
+    ops.append(
+        k.elementwise(
+            "norms_rope_activation",
+            L * (norm_bytes + rope_bytes) + a.num_dense_mlp_layers * act_fn_bytes,
+            4 * L,
+        )
+    )
+    if lay.pipeline_parallel > 1:
+        crosses = lay.gpus > k.hw.scale_up_domain_size
+        t = (lay.pipeline_parallel - 1) * p2p_time_s(ma * h * BF16_BYTES, crosses, k.hw)
+        ops.append(
+            k.comm("pp_send_recv", t, (lay.pipeline_parallel - 1) * ma * h * BF16_BYTES)
+        )
+    return ops
+
+def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
+    a, lay = k.arch, k.layout
+    group, h = lay.mlp_group, a.hidden_size
+    ops: list[OpCost] = []
+    gate_mult = 2 if a.gated_mlp else 1
+    if a.num_dense_mlp_layers:
+        n_loc = a.intermediate_size // group
+        ops.append(
+            k.gemm("mlp_up_gate", tokens, gate_mult * n_loc, h, a.num_dense_mlp_layers)
+        )
+        ops.append(k.gemm("mlp_down", tokens, h, n_loc, a.num_dense_mlp_layers))
+    if a.moe is None or a.num_moe_layers == 0:
+        return ops
+    moe, Lm = a.moe, a.num_moe_layers
+    ep = lay.expert_parallel
+    expert_tp = group // ep
+    ma = math.ceil(tokens / lay.attention_data_parallel)
+    ops.append(k.gemm("moe_router", ma, moe.num_experts, h, Lm, bf16=True))
+    # Expected distinct experts hit: each token picks k of E, so an expert is missed by
+    # all T tokens with probability (1 - k/E)^T. Their weights are what decode streams.
+    local_experts = moe.num_experts / ep
+    p_hit = 1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens
+    touched = max(1, round(local_experts * p_hit))
+    routed = tokens * moe.experts_per_token / ep  # token-expert pairs on this GPU
+    m_e = math.ceil(routed / touched)
+    ie = moe.expert_intermediate_size // expert_tp
+    ops.append(k.gemm("moe_experts_up_gate", m_e, gate_mult * ie, h, Lm, groups=touched))
+    ops.append(k.gemm("moe_experts_down", m_e, h, ie, Lm, groups=touched))
+    if moe.num_shared_experts:
+        ish = moe.num_shared_experts * moe.shared_expert_intermediate_size // group
+        ops.append(k.gemm("moe_shared_up_gate", tokens, gate_mult * ish, h, Lm))
+        ops.append(k.gemm("moe_shared_down", tokens, h, ish, Lm))
+    ops.append(
+        k.elementwise(
+            "moe_permute_activation", Lm * routed * (2 * h + 3 * ie) * BF16_BYTES, 3 * Lm
+        )
+    )
+    if ep > 1:
+        a_bytes = min(get_format(k.formats.activations).bytes_per_element, BF16_BYTES)
+        sent = tokens / group * moe.experts_per_token * h
+        t = Lm * (
+            alltoall_time_s(sent * a_bytes, ep, k.hw)
+            + alltoall_time_s(sent * BF16_BYTES, ep, k.hw)
+        )
+        ops.append(k.comm("ep_alltoall", t, Lm * sent * (a_bytes + BF16_BYTES)))
+    return ops
+
+def head_ops(k: Kernels, rows: int) -> list[OpCost]:
+    """LM head, logits gather and sampling for `rows` sampled positions."""
+    if rows <= 0:
+        return []
+    a, tp = k.arch, k.layout.tensor_parallel
+    ops = [k.gemm("lm_head", rows, a.vocab_size // tp, a.hidden_size, 1, bf16=True)]
+    logit_bytes = rows * a.vocab_size * FP32_BYTES
+    if tp > 1:
+        ops.append(
+            k.comm("logits_gather", allgather_time_s(logit_bytes, tp, k.hw), logit_bytes)
+        )
+    ops.append(k.elementwise("sampling", 2 * logit_bytes, 2))
+    return ops
+
+
+def attention_consts(k: Kernels) -> AttentionConsts:
+    """Per-step constants of attention: (prefill FLOPs per pair, decode FLOPs per pair,
+    KV bytes per token per layer, Q/O bytes per prefill token per layer, rate, bandwidth,
+    full layers, sliding layers, layers)."""
+    a, tp = k.arch, k.layout.tensor_parallel
+    heads = a.num_attention_heads // tp
+    dims = attention_dims(a)
+    kv_elems = (
+        a.kv_elements_per_token_per_layer()
+        if a.mla is not None
+        else 2 * _kv_heads_per_gpu(a, tp) * a.head_dim
+    )
+    kv_tok_layer = kv_elems * get_format(k.formats.kv_cache).bytes_per_element
+    return (
+        2.0 * heads * (dims.prefill_qk + dims.prefill_v),
+        2.0 * heads * (dims.decode_qk + dims.decode_v),
+        kv_tok_layer,
+        heads * (dims.prefill_qk + dims.prefill_v) * BF16_BYTES,
+        k.attention_flops_per_s,
+        k.hw.hbm_bytes_per_s * k.hw.attention_hbm_fraction,
+        a.num_layers - a.num_sliding_layers,
+        a.num_sliding_layers,
+        a.num_layers,
+    )
+
+def attention_terms(
+    k: Kernels, consts: AttentionConsts, b: BatchShape
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """(FLOPs, bytes) of prefill and of decode attention over all layers, per GPU."""
+    per_pair_p, per_pair_d, kv_tok, qo_tok, _, _, n_full, n_sw, _ = consts
+    dp = k.layout.attention_data_parallel
+    window = k.arch.sliding_window
+    prefill = decode = None
+    if b.prefill_tokens > 0:
+        pairs = b.prefill_attention_pairs / dp
+        kv_tokens = (b.prefill_context_tokens + b.prefill_tokens) / dp
+        if n_sw:
+            pairs_sw = windowed(pairs, b.prefill_tokens / dp, window)
+            kv_sw = windowed(kv_tokens, (b.prefill_seqs + b.prefill_tokens) / dp, window)
+        else:
+            pairs_sw = kv_sw = 0.0
+        flops = per_pair_p * (n_full * pairs + n_sw * pairs_sw)
+        nbytes = kv_tok * (n_full * kv_tokens + n_sw * kv_sw)
+        nbytes += (n_full + n_sw) * qo_tok * b.prefill_tokens / dp
+        prefill = (flops, nbytes)
+    if b.decode_seqs > 0:
+        q_per_seq = 1 + b.speculative_tokens_per_seq
+        ctx = (b.decode_context_tokens + b.decode_seqs * q_per_seq) / dp
+        ctx_sw = windowed(ctx, b.decode_seqs / dp, window) if n_sw else 0.0
+        work = n_full * ctx + n_sw * ctx_sw
+        decode = (per_pair_d * q_per_seq * work, kv_tok * work)
+    return prefill, decode
+
+def attention_fixed_s(k: Kernels) -> tuple[float, float]:
+    """Per-layer fixed cost of the prefill kernel (a launch) and of the decode kernel (the
+    intercept of the measured decode-attention line: launch plus split-KV merge)."""
+    return k.hw.kernel_launch_overhead_s, k.hw.attention_decode_fixed_s
+
+
+def attention_ops(k: Kernels, consts: AttentionConsts, b: BatchShape) -> list[OpCost]:
+    """Attention rows: compute at the attention kernels' rate, KV at their bandwidth."""
+    *_, rate, bw, _, _, layers = consts
+    ops: list[OpCost] = []
+    for name, terms, fixed in zip(
+        ("attention_prefill", "attention_decode"),
+        attention_terms(k, consts, b),
+        attention_fixed_s(k),
+        strict=True,
+    ):
+        if terms is not None:
+            ops.append(roofline(name, terms[0], terms[1], rate, bw, layers, fixed))
+    return ops

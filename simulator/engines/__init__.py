@@ -1,0 +1,1 @@
+"""Engine styles: the software behaviour of vLLM, SGLang and TensorRT-LLM, as data."""

@@ -1,0 +1,1 @@
+"""GPU hardware profiles: the validated YAML schema and where profiles are found."""

@@ -1,0 +1,1 @@
+"""What the user writes: scenario and workload schemas, YAML loading, shipped names."""

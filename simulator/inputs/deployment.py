@@ -1,0 +1,187 @@
+"""The `deployment` block of a scenario: how the model is laid out over GPUs and served.
+
+An aggregated deployment is one engine type; a disaggregated one has a prefill and a decode
+pool. Every key here is public (DESIGN.md, "Scenario file").
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+)
+
+from simulator.inputs.common import (
+    WEIGHT_ONLY_FORMATS,
+    NumberFormat,
+    PosFloat,
+    PosInt,
+    _invalid,
+    _kind_checker,
+    _Strict,
+    _tag_of,
+)
+
+
+class Precision(_Strict):
+    """Number format of weights, activations (GEMM inputs) and the KV cache."""
+
+    weights: NumberFormat = "bf16"
+    activations: NumberFormat = "bf16"
+    kv_cache: NumberFormat = "bf16"
+
+    @field_validator("activations")
+    @classmethod
+    def _activations_not_weight_only(cls, v: str) -> str:
+        if v in WEIGHT_ONLY_FORMATS:
+            raise _invalid(
+                f"{v} is a weight-only format; activations may be bf16, fp16, fp8, mxfp4, "
+                "nvfp4 or int8"
+            )
+        return v
+
+
+class Scheduler(_Strict):
+    max_num_seqs: PosInt = 256
+    max_num_batched_tokens: PosInt = 8192
+    chunked_prefill: bool = True
+    policy: Literal["fcfs", "priority"] = "fcfs"
+    block_size: Annotated[int, Field(ge=1, le=1024)] = 16  # KV cache page, tokens
+
+    @field_validator("max_num_batched_tokens")
+    @classmethod
+    def _room_for_every_decode(cls, v: int, info: ValidationInfo) -> int:
+        # vLLM refuses the same: every running sequence must be able to decode in one step.
+        seqs = info.data.get("max_num_seqs")
+        if isinstance(seqs, int) and v < seqs:
+            raise _invalid(
+                f"max_num_batched_tokens {v} is below max_num_seqs {seqs}; it must be at least "
+                f"max_num_seqs so every running sequence can decode each step"
+            )
+        return v
+
+
+class Overhead(_Strict):
+    """Per-step CPU overhead; overrides the defaults of the chosen engine style."""
+
+    step_s: Annotated[float, Field(ge=0)]
+    per_seq_s: Annotated[float, Field(ge=0)]
+
+
+class SpeculativeConfig(_Strict):
+    method: Literal["draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram"]
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
+    # mean tokens emitted per verification step, bonus token included: 1 .. k+1
+    acceptance_length: float | None = None
+
+    @field_validator("acceptance_length")
+    @classmethod
+    def _acceptance_in_range(cls, v: float | None, info: ValidationInfo) -> float | None:
+        k = info.data.get("num_speculative_tokens")
+        if v is not None and k is not None and not 1.0 <= v <= k + 1:
+            raise _invalid(
+                f"acceptance_length {v} must lie in [1, num_speculative_tokens + 1] = [1, {k + 1}]"
+            )
+        return v
+
+
+class _Worker(_Strict):
+    """Fields of one engine type: an aggregated deployment, or a prefill or decode pool."""
+
+    replicas: PosInt = 1
+    tensor_parallel: PosInt = 1
+    pipeline_parallel: PosInt = 1
+    attention_data_parallel: PosInt = 1
+    expert_parallel: PosInt = 1
+    precision: Precision = Precision()
+    scheduler: Scheduler = Scheduler()
+    engine: Literal["vllm", "sglang", "trtllm"] = "vllm"  # software style: overhead defaults
+    overhead: Overhead | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+
+    @field_validator("expert_parallel")
+    @classmethod
+    def _ep_fits(cls, v: int, info: ValidationInfo) -> int:
+        tp = info.data.get("tensor_parallel")
+        dp = info.data.get("attention_data_parallel")
+        if tp is not None and dp is not None and v > tp * dp:
+            raise _invalid(
+                f"expert_parallel {v} exceeds tensor_parallel {tp} × attention_data_parallel "
+                f"{dp} = {tp * dp}; experts are spread over the GPUs of one replica"
+            )
+        return v
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel * self.attention_data_parallel
+
+    @property
+    def num_gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+    def describe_replica(self) -> str:
+        """'tp 8 × pp 2': the factors of one replica's GPUs (pp and dp left out when 1)."""
+        parts = [f"tp {self.tensor_parallel}"]
+        if self.pipeline_parallel > 1:
+            parts.append(f"pp {self.pipeline_parallel}")
+        if self.attention_data_parallel > 1:
+            parts.append(f"attention_dp {self.attention_data_parallel}")
+        return " × ".join(parts)
+
+
+Router = Literal["round_robin", "least_outstanding", "shortest_expected_latency"]
+
+
+class _AggregatedKind(_Strict):
+    kind: Literal["aggregated"] = "aggregated"
+
+
+class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `kind` first
+    comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0  # communication hidden by compute
+    router: Router = "round_robin"
+    speculative: SpeculativeConfig | None = None
+
+
+class WorkerPool(_Worker):
+    """A prefill or decode pool of a disaggregated deployment."""
+
+
+class KVTransfer(_Strict):
+    link: Literal["nvlink", "network"] = "network"
+    gb_per_s: PosFloat | None = None  # None: the hardware profile's link bandwidth
+
+
+class DisaggregatedDeployment(_Strict):
+    kind: Literal["disaggregated"] = "disaggregated"
+    prefill: WorkerPool = WorkerPool()
+    decode: WorkerPool = WorkerPool()
+    kv_transfer: KVTransfer = KVTransfer()
+    router: Router = "round_robin"
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """One prefill replica plus one decode replica."""
+        return self.prefill.gpus_per_replica + self.decode.gpus_per_replica
+
+    @property
+    def num_gpus(self) -> int:
+        return self.prefill.num_gpus + self.decode.num_gpus
+
+
+DEPLOYMENT_KINDS: dict[str, type[BaseModel]] = {
+    "aggregated": AggregatedDeployment,
+    "disaggregated": DisaggregatedDeployment,
+}
+DeploymentSpec = Annotated[
+    Annotated[AggregatedDeployment, Tag("aggregated-tag")]
+    | Annotated[DisaggregatedDeployment, Tag("disaggregated-tag")],
+    Discriminator(_tag_of),
+    BeforeValidator(_kind_checker("deployment", DEPLOYMENT_KINDS, default="aggregated")),
+]

@@ -1,0 +1,1 @@
+"""What is served: transformer architectures, the HF config catalog, numeric formats."""
