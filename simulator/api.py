@@ -20,6 +20,7 @@ from simulator.hardware.profile import Hardware
 from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
 from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
+from simulator.serving.pool_stats import pool_summary
 from simulator.serving.simulation import (
     TIMESERIES_COLUMNS,
     CheckHook,
@@ -143,6 +144,11 @@ def simulate(
     # Share of simulated time the replicas ran engine steps (energy per token uses it).
     span_s = out.end_s * len(out.busy_s)
     summary["gpu_busy_fraction"] = min(1.0, sum(out.busy_s) / span_s) if span_s > 0 else 0.0
+    if out.pools is not None:
+        gpu_span_s = out.end_s * s.num_gpus
+        busy = out.pools.gpu_busy_s() / gpu_span_s if gpu_span_s > 0 else 0.0
+        summary["gpu_busy_fraction"] = min(1.0, busy)
+        summary["disaggregation"] = pool_summary(out.pools, out.records, out.end_s, slo)
     warnings.extend(out.warnings)
     if out.status != "completed":
         warnings.append(

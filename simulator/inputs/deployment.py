@@ -154,8 +154,12 @@ class WorkerPool(_Worker):
 
 
 class KVTransfer(_Strict):
+    """How a request's KV cache moves from its prefill replica to its decode replica."""
+
     link: Literal["nvlink", "network"] = "network"
-    gb_per_s: PosFloat | None = None  # None: the hardware profile's link bandwidth
+    gb_per_s: PosFloat | None = None  # per replica pair; None: the profile's NIC or NVLink
+    latency_s: Annotated[float, Field(ge=0)] | None = None  # None: the profile's link latency
+    layerwise: bool = False  # stream each layer's KV as prefill produces it
 
 
 class DisaggregatedDeployment(_Strict):

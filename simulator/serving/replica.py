@@ -69,9 +69,11 @@ class Replica:
     def outstanding_tokens(self) -> int:
         return self.sched.outstanding_tokens
 
-    def submit(self, r: Request) -> None:
+    def submit(self, r: Request, *, routed: bool = False) -> None:
+        """Queue a request; `routed`: it was counted as assigned when the router chose us."""
         r.replica = self.index
-        self.assigned += 1
+        if not routed:
+            self.assigned += 1
         self.sched.add(r)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()

@@ -116,7 +116,7 @@ class Scheduler:
 
     def add(self, r: Request) -> None:
         self.waiting.push(r)
-        self.outstanding_tokens += r.input_tokens + r.output_tokens
+        self.outstanding_tokens += r.target - r.computed + r.output_tokens
 
     # ---- one step ---------------------------------------------------------------------
 
@@ -222,15 +222,18 @@ class Scheduler:
         admitted: list[tuple[Request, int]] = []
         while len(self.waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
             r = self.waiting.peek()
+            # A request whose KV arrived from a prefill replica starts with `computed` > 0.
+            left = r.target - r.computed
             if cfg.chunked_prefill:
-                chunk = min(r.target, budget)
-            elif r.target <= budget or not admitted:
+                chunk = min(left, budget)
+            elif left <= budget or not admitted:
                 # Whole prompts only; the first may exceed the budget when it is a recomputed
                 # context (prompt plus outputs), which vLLM also prefills alone.
-                chunk = r.target
+                chunk = left
             else:
                 break
-            need = self.blocks_for(self._full_tokens(r) if cfg.reserve_full else chunk)
+            held = self._full_tokens(r) if cfg.reserve_full else r.computed + chunk
+            need = self.blocks_for(held)
             if need > self.free_blocks:
                 break
             self.waiting.pop()

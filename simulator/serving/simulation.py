@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,14 +14,16 @@ import numpy.typing as npt
 import simpy
 
 from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, memory_budget
+from simulator.cost.kv_transfer import KVLinkCost, kv_link_cost
 from simulator.cost.memory import require_fit
 from simulator.engines.style import EngineStyle, load_engine_styles
 from simulator.errors import InputError, tag_key
 from simulator.hardware.profile import Hardware, load_hardware
-from simulator.inputs.deployment import AggregatedDeployment
+from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeployment, WorkerPool
 from simulator.inputs.scenario import Scenario
 from simulator.model.architecture import Architecture
 from simulator.model.load import load_architecture
+from simulator.serving.disaggregated import DisaggregatedPools, PoolSpec
 from simulator.serving.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
@@ -57,6 +59,9 @@ class Engine:
     memory: MemoryBudget
     scheduler: SchedulerConfig
     style: EngineStyle
+    # Disaggregated deployments: this engine is the decode pool's; its prefill pool's engine.
+    prefill_pool: Engine | None = None
+    kv_link: KVLinkCost | None = None
 
 
 @dataclass
@@ -73,6 +78,7 @@ class RunOutput:
         default_factory=dict
     )  # preempted requests only: (earlier decode-step ranges, re-prefill token times)
     end_s: float = 0.0
+    pools: DisaggregatedPools | None = None  # disaggregated runs: both pools and transfers
 
 
 def _resolve_model(name: str, base_dir: Path | None) -> str:
@@ -86,12 +92,7 @@ def build_engine(
 ) -> Engine:
     """Load model and GPU, check the layout and memory fit, size the KV block pool."""
     dep = scenario.deployment
-    if not isinstance(dep, AggregatedDeployment):
-        raise InputError(
-            "deployment.kind: 'disaggregated' is validated but not simulated yet "
-            "(prefill/decode pools arrive with the disaggregation issue); use 'aggregated'"
-        )
-    if dep.speculative is not None:
+    if isinstance(dep, AggregatedDeployment) and dep.speculative is not None:
         raise InputError(
             "deployment.speculative: speculative decoding is not simulated yet; "
             "remove the key (null) until the speculative-decoding issue lands"
@@ -106,25 +107,31 @@ def build_engine(
     except ValueError as exc:
         tag_key(exc, "hardware.gpu")
         raise
+    if isinstance(dep, DisaggregatedDeployment):
+        # Each pool has its own layout, precision and scheduler; its GPUs hold a whole copy.
+        pools: dict[str, Engine] = {}
+        for name, pool in (("prefill", dep.prefill), ("decode", dep.decode)):
+            try:
+                pools[name] = _build_engine(pool, arch, hw, 0.0)
+            except ValueError as exc:
+                tag_key(exc, f"deployment.{name}")
+                raise
+        link = _kv_link(dep, arch, hw, pools["decode"])
+        return replace(pools["decode"], prefill_pool=pools["prefill"], kv_link=link)
     try:
-        return _build_engine(scenario, dep, arch, hw)
+        return _build_engine(dep, arch, hw, dep.comm_overlap)
     except ValueError as exc:
         tag_key(exc, "deployment")
         raise
 
 
 def _build_engine(
-    scenario: Scenario, dep: AggregatedDeployment, arch: Architecture, hw: Hardware
+    dep: AggregatedDeployment | WorkerPool, arch: Architecture, hw: Hardware, comm_overlap: float
 ) -> Engine:
-    layout = ParallelLayout(
-        dep.tensor_parallel,
-        dep.pipeline_parallel,
-        dep.attention_data_parallel,
-        dep.expert_parallel,
-    )
+    layout = _layout(dep)
     p = dep.precision
     formats = Formats(p.weights, p.activations, p.kv_cache)
-    step_model = StepModel(arch, hw, layout, formats, dep.comm_overlap)
+    step_model = StepModel(arch, hw, layout, formats, comm_overlap)
     s = dep.scheduler
     style = load_engine_styles()[dep.engine]
     budget = memory_budget(
@@ -166,6 +173,50 @@ def _build_engine(
     return Engine(arch, hw, step_model, budget, cfg, style)
 
 
+def _layout(pool: AggregatedDeployment | WorkerPool) -> ParallelLayout:
+    return ParallelLayout(
+        pool.tensor_parallel,
+        pool.pipeline_parallel,
+        pool.attention_data_parallel,
+        pool.expert_parallel,
+    )
+
+
+def _kv_link(
+    dep: DisaggregatedDeployment, arch: Architecture, hw: Hardware, decode: Engine
+) -> KVLinkCost:
+    kv = dep.kv_transfer
+    pair = dep.prefill.gpus_per_replica + dep.decode.gpus_per_replica
+    if kv.link == "nvlink" and pair > hw.scale_up_domain_size:
+        raise InputError(
+            f"deployment.kv_transfer.link: nvlink needs a prefill and a decode replica in one "
+            f"NVLink domain, but they use {pair} GPUs and {hw.name}'s domain has "
+            f"{hw.scale_up_domain_size}; use link: network or smaller replicas"
+        )
+    return kv_link_cost(
+        hw,
+        kv.link,
+        _layout(dep.prefill),
+        _layout(dep.decode),
+        decode.memory.kv_bytes_per_token_per_gpu,
+        arch.num_layers,
+        gb_per_s=kv.gb_per_s,
+        latency_s=kv.latency_s,
+        layerwise=kv.layerwise,
+    )
+
+
+def pool_spec(engine: Engine, pool: WorkerPool) -> PoolSpec:
+    return PoolSpec(
+        pool.replicas,
+        pool.gpus_per_replica,
+        engine.scheduler,
+        engine.step_model,
+        engine.style,
+        engine.memory.kv_capacity_tokens,
+    )
+
+
 CheckHook = Callable[[Replica, Any, float], None]
 UNSTABLE_MIN_REQUESTS = 8  # fewer arrivals say nothing about a trend
 
@@ -180,7 +231,6 @@ def run(
 ) -> RunOutput:
     """Simulate the request stream through the deployment's replicas."""
     dep = scenario.deployment
-    assert isinstance(dep, AggregatedDeployment)
     n = len(stream)
     records = np.zeros(n, dtype=RECORD_DTYPE)
     for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s"):
@@ -221,21 +271,37 @@ def run(
         elif stream.closed_loop_concurrency is not None:
             send_next()
 
-    replicas = [
-        Replica(env, i, cfg, engine.step_model, engine.style, finish, log, check)
-        for i in range(dep.replicas)
-    ]
     route = ROUTERS[dep.router]
+    pools: DisaggregatedPools | None = None
+    make_request: Callable[[int, float, int, int, int], Request] = Request
+    fits_ever: Callable[[int, int], bool]
+    if isinstance(dep, DisaggregatedDeployment):
+        assert engine.prefill_pool is not None and engine.kv_link is not None
+        pools = DisaggregatedPools(
+            env, pool_spec(engine.prefill_pool, dep.prefill), pool_spec(engine, dep.decode),
+            engine.kv_link, route, stream.output_tokens, finish, log, check,
+        )
+        replicas, everyone, cfg = pools.prefill, pools.replicas, engine.prefill_pool.scheduler
+        fits_ever = pools.fits_ever
+        make_request = pools.entry_request
+    else:
+        replicas = [
+            Replica(env, i, cfg, engine.step_model, engine.style, finish, log, check)
+            for i in range(dep.replicas)
+        ]
+        everyone = replicas
+        first = replicas[0].sched
+        fits_ever = lambda inp, out: first.fits_ever(Request(0, 0.0, inp, out, 0))  # noqa: E731
 
     def send(i: int) -> bool:
         """Route request i now; False if it was dropped on arrival."""
         records[i]["arrival_s"] = env.now
         inp, out = int(stream.input_tokens[i]), int(stream.output_tokens[i])
-        r = Request(i, env.now, inp, out, int(stream.priority[i]))
+        r = make_request(i, env.now, inp, out, int(stream.priority[i]))
         reason = 0
         if inp + out > max_context:
             reason = DROP_CONTEXT
-        elif not replicas[0].sched.fits_ever(r):
+        elif not fits_ever(inp, out):
             reason = DROP_KV
         elif not cfg.chunked_prefill and inp > cfg.max_num_batched_tokens:
             reason = DROP_BUDGET
@@ -278,7 +344,7 @@ def run(
             state["next"] = i + 1
             send(i)
             if i in quarter_ends:
-                queue_marks.append(sum(len(rep.sched.waiting) for rep in replicas))
+                queue_marks.append(sum(len(rep.sched.waiting) for rep in everyone))
 
     if stream.closed_loop_concurrency is not None:
         for _ in range(min(stream.closed_loop_concurrency, n)):
@@ -304,7 +370,7 @@ def run(
         except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
             raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
     warnings: list[str] = []
-    batch_cap = cfg.max_num_seqs * dep.replicas
+    batch_cap = sum(rep.sched.cfg.max_num_seqs for rep in replicas)
     if unstable_queue(queue_marks, batch_cap):
         marks = ", ".join(str(q) for q in queue_marks)
         warnings.append(
@@ -313,17 +379,19 @@ def run(
             f"last arrival): requests arrive faster than the deployment serves them, so "
             f"latencies grow with num_requests; lower the rate or add capacity"
         )
+    decoders = pools.decode if pools is not None else replicas
     return RunOutput(
         records,
         log,
-        [g for rep in replicas for g in rep.sched.resume_gaps_s],
+        [g for rep in everyone for g in rep.sched.resume_gaps_s],
         status,
-        sum(rep.sched.preemptions for rep in replicas),
+        sum(rep.sched.preemptions for rep in everyone),
         warnings=warnings,
-        busy_s=[rep.busy_s for rep in replicas],
-        decode_end_s=[np.frombuffer(rep.decode_end_s, dtype=np.float64) for rep in replicas],
+        busy_s=[rep.busy_s for rep in everyone],
+        decode_end_s=[np.frombuffer(rep.decode_end_s, dtype=np.float64) for rep in decoders],
         token_history=token_history,
         end_s=float(env.now),
+        pools=pools,
     )
 
 

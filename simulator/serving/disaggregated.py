@@ -1,0 +1,155 @@
+"""Prefill/decode disaggregation: a prefill pool, a KV transfer, a decode pool.
+
+A request prefills on a prefill replica (its own queue, prefill-only steps under that pool's
+scheduler limits) and is done there once its prompt is cached. Its KV then moves to a decode
+replica chosen by the router: transfers queue FIFO for the sending replica's link and the
+receiving replica's link, so concurrent transfers share them. On arrival the request waits in
+the decode replica's queue for KV blocks, then joins its batch with all but the last prompt
+token cached: like vLLM's P/D connectors, the decode side recomputes that token to sample the
+first output token, so TTFT = prefill queue + prefill + exposed transfer + decode queue + the
+first decode step. (Layer-wise streaming: the part of a transfer hidden under the prefill is
+taken to use the link while the prefill runs; only the exposed remainder holds it.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import simpy
+
+from simulator.cost.kv_transfer import KVLinkCost
+from simulator.cost.step import StepModel
+from simulator.engines.style import EngineStyle
+from simulator.serving.replica import Replica, StepLog
+from simulator.serving.request import Request
+from simulator.serving.router import Router
+from simulator.serving.scheduler import SchedulerConfig
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """What one pool's replicas are built from."""
+
+    replicas: int
+    gpus_per_replica: int
+    cfg: SchedulerConfig
+    model: StepModel
+    style: EngineStyle
+    kv_capacity_tokens: int
+
+
+class DisaggregatedPools:
+    """The two pools and the transfers between them, inside one SimPy environment."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        prefill: PoolSpec,
+        decode: PoolSpec,
+        link: KVLinkCost,
+        route: Router,
+        output_tokens: npt.NDArray[np.int64],
+        on_finish: Callable[[Request], None],
+        log: StepLog,
+        check: Callable[[Replica, Any, float], None] | None = None,
+    ) -> None:
+        self.env, self.link, self.route = env, link, route
+        self.spec = {"prefill": prefill, "decode": decode}
+        self.output_tokens = output_tokens
+        self.on_finish = on_finish
+        n = len(output_tokens)
+        nan = np.full(n, math.nan)
+        self.prefill_scheduled_s = nan.copy()
+        self.prefill_end_s = nan.copy()
+        self.transfer_s = nan.copy()  # prefill end to KV landed (link waits included)
+        self.link_wait_s = nan.copy()
+        self.decode_arrival_s = nan.copy()
+        self.decode_scheduled_s = nan.copy()
+        self.prefill_preemptions = np.zeros(n, dtype=np.int64)
+        self.prefill = [
+            Replica(
+                env, i, prefill.cfg, prefill.model, prefill.style, self._prefilled, StepLog(False)
+            )
+            for i in range(prefill.replicas)
+        ]
+        self.decode = [
+            Replica(env, i, decode.cfg, decode.model, decode.style, self._decoded, log, check)
+            for i in range(decode.replicas)
+        ]
+        self._send_links = [simpy.Resource(env, 1) for _ in self.prefill]
+        self._recv_links = [simpy.Resource(env, 1) for _ in self.decode]
+
+    def fits_ever(self, input_tokens: int, output_tokens: int) -> bool:
+        """The prompt fits one prefill replica's cache and the whole request a decode one's."""
+        p, d = self.prefill[0].sched, self.decode[0].sched
+        return p.blocks_for(input_tokens) <= p.cfg.num_blocks and d.fits_ever(
+            Request(0, 0.0, input_tokens, output_tokens, 0)
+        )
+
+    @staticmethod
+    def entry_request(
+        index: int, now_s: float, input_tokens: int, output_tokens: int, priority: int
+    ) -> Request:
+        """The prefill pool's part of a request: its prompt, done once the prompt is cached."""
+        del output_tokens  # decoded on the other pool
+        return Request(index, now_s, input_tokens, 1, priority)
+
+    def _prefilled(self, r: Request) -> None:
+        i = r.index
+        self.prefill_scheduled_s[i] = r.scheduled_s
+        self.prefill_end_s[i] = self.env.now
+        self.prefill_preemptions[i] = r.preemptions
+        target = self.route(self.decode, i)
+        assert isinstance(target, Replica)
+        target.assigned += 1  # counted now, so routers see transfers in flight
+        self.env.process(self._transfer(r, r.replica, target))
+
+    def _transfer(self, r: Request, src: int, dst: Replica) -> Any:
+        env, i = self.env, r.index
+        start = env.now
+        with self._send_links[src].request() as send:
+            yield send
+            with self._recv_links[dst.index].request() as recv:
+                yield recv
+                waited = env.now - start
+                # Streaming could only overlap while the link was free for this request.
+                overlap_s = max(0.0, start - self.prefill_scheduled_s[i] - waited)
+                yield env.timeout(self.link.exposed_s(r.input_tokens, overlap_s))
+        self.link_wait_s[i] = waited
+        self.transfer_s[i] = env.now - start
+        self.decode_arrival_s[i] = env.now
+        d = Request(i, r.arrival_s, r.input_tokens, int(self.output_tokens[i]), r.priority)
+        d.computed = r.input_tokens - 1  # the decode side recomputes the last prompt token
+        dst.submit(d, routed=True)
+
+    def _decoded(self, r: Request) -> None:
+        i = r.index
+        self.decode_scheduled_s[i] = r.scheduled_s
+        r.scheduled_s = self.prefill_scheduled_s[i]  # the result's queue_s is the prefill queue
+        r.preemptions += int(self.prefill_preemptions[i])
+        self.on_finish(r)
+
+    @property
+    def replicas(self) -> list[Replica]:
+        return [*self.prefill, *self.decode]
+
+    @property
+    def preemptions(self) -> int:
+        return sum(rep.sched.preemptions for rep in self.replicas)
+
+    def busy_fraction(self, pool: Sequence[Replica], end_s: float) -> float:
+        span_s = end_s * len(pool)
+        return min(1.0, sum(rep.busy_s for rep in pool) / span_s) if span_s > 0 else 0.0
+
+    def gpu_busy_s(self) -> float:
+        """GPU-seconds spent in steps, both pools (each replica's busy time × its GPUs)."""
+        p, d = self.spec["prefill"], self.spec["decode"]
+        return (
+            sum(rep.busy_s for rep in self.prefill) * p.gpus_per_replica
+            + sum(rep.busy_s for rep in self.decode) * d.gpus_per_replica
+        )

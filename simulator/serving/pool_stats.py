@@ -1,0 +1,114 @@
+"""Per-pool figures of a disaggregated run, and a hint naming the pool that saturates first.
+
+A prefill replica is loaded in proportion to its busy time (prefill steps are compute-bound
+and run only when prompts wait). A decode replica steps whenever anything decodes, so its busy
+time says little; its load is the share of its batch slots (max_num_seqs) or KV cache that its
+requests occupy on average (Little's law over their residence time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from simulator.serving.disaggregated import DisaggregatedPools
+from simulator.serving.metrics import SLOTargets, percentiles
+
+
+def _pct(values: npt.NDArray[np.float64]) -> dict[str, float | None]:
+    return percentiles(values[np.isfinite(values)])
+
+
+def suggest_prefill_replicas(total: int, prefill_load: float, decode_load: float) -> int:
+    """Prefill replicas out of `total` that would give both pools the same load, given the
+    load each pool's replicas carry together now (replica-equivalents of busy work)."""
+    if total < 2:
+        return total
+    work = prefill_load + decode_load
+    if work <= 0:
+        return max(1, total // 2)
+    return min(total - 1, max(1, round(total * prefill_load / work)))
+
+
+def _slo_pressure(values: npt.NDArray[np.float64], target_s: float | None) -> float:
+    """p99 of a latency over its SLO target: above 1 the pool misses its SLO."""
+    values = values[np.isfinite(values)]
+    if target_s is None or values.size == 0:
+        return 0.0
+    return float(np.percentile(values, 99)) / target_s
+
+
+def pool_summary(
+    pools: DisaggregatedPools,
+    records: npt.NDArray[Any],
+    end_s: float,
+    slo: SLOTargets | None = None,
+) -> dict[str, Any]:
+    """The `disaggregation` block of the result: each pool's load and queueing, the KV
+    transfer times, the bottleneck pool and the ratio that would balance the two.
+
+    With an SLO, a pool's load is also its latency's p99 over the target it controls: TTFT
+    for the prefill pool (queue, prefill, transfer), TPOT for the decode pool."""
+    p, d = pools.spec["prefill"], pools.spec["decode"]
+    done = (records["drop_reason"] == 0) & np.isfinite(records["finish_s"])
+    arrival = records["arrival_s"]
+    residence_s = np.where(done, records["finish_s"] - pools.decode_scheduled_s, 0.0)
+    residence_s = np.nan_to_num(residence_s)
+    mean_kv = records["input_tokens"] + records["output_tokens"] / 2.0
+    span = max(end_s, 1e-12)
+    slot_load = float(residence_s.sum()) / (span * d.replicas * d.cfg.max_num_seqs)
+    kv_load = float((residence_s * mean_kv).sum()) / (span * d.replicas * d.kv_capacity_tokens)
+    prefill_busy = pools.busy_fraction(pools.prefill, end_s)
+    slo = slo or SLOTargets()
+    ttft = np.where(done, records["first_token_s"] - arrival, np.nan)
+    multi = done & (records["output_tokens"] > 1)
+    tpot = np.where(
+        multi,
+        (records["finish_s"] - records["first_token_s"])
+        / np.maximum(1, records["output_tokens"] - 1),
+        np.nan,
+    )
+    prefill_load = max(prefill_busy, _slo_pressure(ttft, slo.ttft_p99_s))
+    decode_load = max(min(1.0, max(slot_load, kv_load)), _slo_pressure(tpot, slo.tpot_p99_s))
+    bottleneck = "prefill" if prefill_load >= decode_load else "decode"
+    total = p.replicas + d.replicas
+    better = suggest_prefill_replicas(total, prefill_load * p.replicas, decode_load * d.replicas)
+    now = f"{p.replicas}P{d.replicas}D"
+    if better == p.replicas:
+        advice = f"{now} is balanced for this traffic"
+    else:
+        advice = f"try {better}P{total - better}D with the same {total} replicas"
+    hint = (
+        f"{bottleneck} pool saturates first (prefill load {prefill_load:.0%}, decode load "
+        f"{decode_load:.0%}: busy time, batch slots or KV cache in use, or p99 latency over "
+        f"its SLO); {advice}"
+    )
+    return {
+        "ratio": now,
+        "prefill": {
+            "replicas": p.replicas,
+            "gpus": p.replicas * p.gpus_per_replica,
+            "busy_fraction": prefill_busy,
+            "queue_s": _pct(pools.prefill_scheduled_s - arrival),
+            "prefill_s": _pct(pools.prefill_end_s - pools.prefill_scheduled_s),
+        },
+        "decode": {
+            "replicas": d.replicas,
+            "gpus": d.replicas * d.gpus_per_replica,
+            "busy_fraction": pools.busy_fraction(pools.decode, end_s),
+            "batch_slot_fraction": slot_load,
+            "kv_used_fraction": kv_load,
+            "queue_s": _pct(pools.decode_scheduled_s - pools.decode_arrival_s),
+        },
+        "kv_transfer_s": _pct(pools.transfer_s),
+        "kv_link_wait_s": _pct(pools.link_wait_s),
+        "kv_bytes_per_token": pools.link.kv_bytes_per_token,
+        "kv_link_gb_per_s": pools.link.bytes_per_s / 1e9,
+        "prefill_load": prefill_load,
+        "decode_load": decode_load,
+        "bottleneck_pool": bottleneck,
+        "suggested_ratio": f"{better}P{total - better}D",
+        "hint": hint,
+    }

@@ -1,0 +1,241 @@
+"""Prefill/decode disaggregation: timelines, KV transfer physics, pool statistics, the
+DistServe effect, and input errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import simulator
+from simulator.cost.kv_transfer import KVLinkCost
+from simulator.errors import InputError
+from simulator.serving.pool_stats import suggest_prefill_replicas
+from tests.test_serving import decode, make, prefill, step_timer
+
+NO_OVERHEAD = {"overhead": {"step_s": 0.0, "per_seq_s": 0.0}}
+# Llama-3.1-8B BF16 KV: 32 layers x 2 (K, V) x 8 KV heads x 128 dims x 2 bytes per token.
+LLAMA8B_KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # 131072
+
+
+def disagg(kv: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """make()'s single request on 1 prefill + 1 decode H100, no host overhead."""
+    dep: dict[str, Any] = {
+        "kind": "disaggregated",
+        "prefill": dict(NO_OVERHEAD),
+        "decode": dict(NO_OVERHEAD),
+        "kv_transfer": kv or {},
+    }
+    return make(deployment=dep, **extra)
+
+
+def one_request(inp: int, out: int) -> dict[str, Any]:
+    return {
+        "workload": {
+            "arrival": {"kind": "offline"},
+            "input_tokens": {"kind": "fixed", "value": inp},
+            "output_tokens": {"kind": "fixed", "value": out},
+            "num_requests": 1,
+        }
+    }
+
+
+# ------------------------------------------------------------------------------ timeline
+
+
+def test_single_request_timeline() -> None:
+    """100 in / 3 out: prefill(100) on the prefill replica; transfer = 10 us + 100 x 131072 B /
+    10 GB/s = 1.3207 ms; on the decode replica a 1-token chunk after 99 cached tokens samples
+    the first token, then decodes at 100 and 101 cached tokens give tokens 2 and 3."""
+    t = step_timer(make())
+    kv = {"gb_per_s": 10.0, "latency_s": 1e-5}
+    r = simulator.simulate(disagg(kv))
+    rec = r.requests[0]
+    transfer_s = 1e-5 + 100 * LLAMA8B_KV_BYTES_PER_TOKEN / 10e9
+    first = t(prefill(100)) + transfer_s + t(prefill(1, 99))
+    assert rec["first_token_s"] == pytest.approx(first, rel=1e-9)
+    finish = first + t(decode(1, 100)) + t(decode(1, 101))
+    assert rec["finish_s"] == pytest.approx(finish, rel=1e-9)
+    d = r.to_dict()["disaggregation"]
+    assert d["kv_transfer_s"]["p50"] == pytest.approx(transfer_s, rel=1e-9)
+    assert d["kv_bytes_per_token"] == LLAMA8B_KV_BYTES_PER_TOKEN
+    assert d["ratio"] == "1P1D"
+    assert r.to_dict()["num_gpus"] == 2
+    assert len(r.token_times(0)) == 3
+
+
+def test_slow_link_adds_bytes_over_bandwidth_and_fast_link_nearly_nothing() -> None:
+    """4000-token prompt: 4000 x 131072 B = 524.3 MB; at 1 GB/s that is 0.524 s more TTFT than
+    at 1000 GB/s (0.52 ms); the fast link's TTFT is within 2% of the aggregated engine's plus
+    the decode side's one-token step."""
+    w = one_request(4000, 4)
+    slow = simulator.simulate(disagg({"gb_per_s": 1.0, "latency_s": 0.0}, **w)).to_dict()
+    fast = simulator.simulate(disagg({"gb_per_s": 1000.0, "latency_s": 0.0}, **w)).to_dict()
+    agg = simulator.simulate(make(**w)).to_dict()
+    wire = 4000 * LLAMA8B_KV_BYTES_PER_TOKEN
+    grown = slow["ttft_s"]["p50"] - fast["ttft_s"]["p50"]
+    assert grown == pytest.approx(wire / 1e9 - wire / 1e12, rel=0.02)
+    one_token_step = step_timer(make())(prefill(1, 3999))
+    assert fast["ttft_s"]["p50"] == pytest.approx(
+        agg["ttft_s"]["p50"] + one_token_step, rel=0.02
+    )
+
+
+def test_link_bandwidth_defaults_to_the_profile_nics() -> None:
+    """H100: one 400 Gb/s ConnectX-7 per GPU; tp 2 replicas move shards over 2 NICs."""
+    d = simulator.simulate(
+        make(
+            deployment={
+                "kind": "disaggregated",
+                "prefill": {"tensor_parallel": 2},
+                "decode": {"tensor_parallel": 2},
+            }
+        )
+    ).to_dict()["disaggregation"]
+    hw = simulator.load_scenario(make()).engine
+    assert hw is not None
+    per_nic = hw.hw.scale_out_bytes_per_s * hw.hw.scale_out_fraction
+    assert d["kv_link_gb_per_s"] == pytest.approx(2 * per_nic / 1e9)
+    # tp 2 with 8 KV heads: each rank holds 4 heads, no replication; bytes are the model's.
+    assert d["kv_bytes_per_token"] == LLAMA8B_KV_BYTES_PER_TOKEN
+
+
+def test_transfers_from_one_prefill_replica_share_its_link() -> None:
+    """Two prompts prefilled in one step leave together; the second transfer waits for the
+    first (FIFO on the sending link), so it lands one transfer time later."""
+    w = one_request(1000, 2)
+    w["workload"]["num_requests"] = 2
+    r = simulator.simulate(disagg({"gb_per_s": 1.0, "latency_s": 0.0}, **w))
+    d = r.to_dict()["disaggregation"]
+    one = 1000 * LLAMA8B_KV_BYTES_PER_TOKEN / 1e9
+    assert d["kv_link_wait_s"]["p99"] == pytest.approx(one, rel=0.01)
+    ttft = sorted(r.requests["first_token_s"])
+    assert ttft[1] - ttft[0] >= one * 0.99
+
+
+def test_layerwise_hides_the_transfer_under_the_prefill() -> None:
+    """Hand arithmetic of KVLinkCost.exposed_s with 4 layers: a 1 s transfer behind a 2 s
+    prefill leaves the last layer's 0.25 s; behind a 0.4 s prefill 1 - 0.4 x 3/4 = 0.7 s."""
+    link = KVLinkCost(0.01, 1e9, 1e6, 4, True)  # 1000 tokens x 1 MB at 1 GB/s = 1 s
+    assert link.exposed_s(1000, 2.0) == pytest.approx(0.01 + 0.25)
+    assert link.exposed_s(1000, 0.4) == pytest.approx(0.01 + 0.7)
+    assert KVLinkCost(0.01, 1e9, 1e6, 4, False).exposed_s(1000, 2.0) == pytest.approx(1.01)
+    w = one_request(4000, 2)
+    whole = simulator.simulate(disagg({"gb_per_s": 5.0}, **w)).to_dict()
+    streamed = simulator.simulate(disagg({"gb_per_s": 5.0, "layerwise": True}, **w)).to_dict()
+    assert streamed["ttft_s"]["p50"] < whole["ttft_s"]["p50"]
+    assert (
+        streamed["disaggregation"]["kv_transfer_s"]["p50"]
+        < whole["disaggregation"]["kv_transfer_s"]["p50"] / 2
+    )
+
+
+def test_decode_pool_full_makes_transfers_wait_and_everything_finishes() -> None:
+    """A decode pool with room for few requests' KV queues the rest until blocks free up."""
+    w = one_request(2000, 50)
+    w["workload"]["num_requests"] = 40
+    dep = {
+        "kind": "disaggregated",
+        "prefill": {},
+        "decode": {"gpu_memory_utilization": 0.22},
+    }
+    r = simulator.simulate(make(deployment=dep, **w), check=True)
+    out = r.to_dict()
+    assert out["requests_completed"] == 40
+    assert out["disaggregation"]["decode"]["queue_s"]["p99"] > 0.0
+
+
+# ------------------------------------------------------------------------ DistServe effect
+
+
+def _goodput_per_gpu(dep: dict[str, Any], inp: dict[str, Any], rate: float) -> float:
+    scenario = make(
+        deployment=dep,
+        workload={
+            "arrival": {"kind": "poisson", "rate_per_s": rate},
+            "input_tokens": inp,
+            "output_tokens": {"kind": "fixed", "value": 200},
+            "num_requests": 400,
+            "seed": 3,
+        },
+        slo={"ttft_p99_s": 2.0, "tpot_p99_s": 0.015},
+    )
+    out = simulator.simulate(scenario).to_dict()
+    return float(out["goodput_requests_per_s"]) / float(out["num_gpus"])
+
+
+AGG_2 = {"replicas": 2}
+DISAGG_1P1D = {"kind": "disaggregated"}
+
+
+def test_disaggregation_wins_on_long_prompts_under_a_tight_tpot_slo() -> None:
+    """DistServe (OSDI 2024): prefills stall colocated decodes, so under a tight TPOT SLO the
+    same GPUs split into pools serve more good requests. 3000-5000 in, 200 out, 10 req/s on two
+    H100s: the colocated pair misses the 15 ms TPOT; 1P1D keeps it."""
+    long_inp = {"kind": "uniform", "min": 3000, "max": 5000}
+    agg = _goodput_per_gpu(AGG_2, long_inp, 10.0)
+    dis = _goodput_per_gpu(DISAGG_1P1D, long_inp, 10.0)
+    assert dis > 1.5 * agg
+
+
+def test_disaggregation_loses_where_prefill_is_cheap() -> None:
+    """50-150 in, 200 out at 200 req/s: prefill barely stalls decodes, and splitting leaves one
+    decode replica for all of the decoding (its batch slots fill), so colocated wins."""
+    short_inp = {"kind": "uniform", "min": 50, "max": 150}
+    agg = _goodput_per_gpu(AGG_2, short_inp, 200.0)
+    dis = _goodput_per_gpu(DISAGG_1P1D, short_inp, 200.0)
+    assert dis < agg
+
+
+# ---------------------------------------------------------------------------- ratio hint
+
+
+def test_suggested_ratio_balances_the_pools_load() -> None:
+    """4 replicas; prefill carries 3 replica-loads of work, decode 1: 4 x 3/4 = 3 prefill."""
+    assert suggest_prefill_replicas(4, 3.0, 1.0) == 3
+    assert suggest_prefill_replicas(4, 0.1, 9.0) == 1  # at least one replica per pool
+    assert suggest_prefill_replicas(4, 9.0, 0.1) == 3
+    assert suggest_prefill_replicas(6, 1.0, 1.0) == 3
+
+
+def test_hint_names_prefill_when_prompts_dominate() -> None:
+    w = {
+        "workload": {
+            "arrival": {"kind": "poisson", "rate_per_s": 12.0},
+            "input_tokens": {"kind": "fixed", "value": 6000},
+            "output_tokens": {"kind": "fixed", "value": 20},
+            "num_requests": 200,
+        }
+    }
+    dep = {"kind": "disaggregated", "decode": {"replicas": 2}}
+    d = simulator.simulate(make(deployment=dep, **w)).to_dict()["disaggregation"]
+    assert d["bottleneck_pool"] == "prefill"
+    assert d["prefill"]["busy_fraction"] > 0.9
+    assert d["suggested_ratio"] == "2P1D"
+    assert "prefill pool saturates first" in d["hint"]
+
+
+# ------------------------------------------------------------------------------- errors
+
+
+def test_nvlink_transfer_needs_both_replicas_in_one_domain() -> None:
+    dep = {
+        "kind": "disaggregated",
+        "prefill": {"tensor_parallel": 8},
+        "decode": {"tensor_parallel": 8},
+        "kv_transfer": {"link": "nvlink"},
+    }
+    with pytest.raises(InputError, match="kv_transfer.link: nvlink needs"):
+        simulator.load_scenario(make(deployment=dep, hardware={"nodes": 2}))
+
+
+def test_negative_latency_is_refused() -> None:
+    with pytest.raises(InputError, match="latency_s"):
+        simulator.load_scenario(disagg({"latency_s": -1.0}))
+
+
+def test_pool_that_does_not_fit_names_its_key() -> None:
+    dep = {"kind": "disaggregated", "decode": {"gpu_memory_utilization": 0.05}}
+    with pytest.raises(ValueError) as info:
+        simulator.load_scenario(make(deployment=dep))
+    assert getattr(info.value, "key_path", "") == "deployment.decode"
