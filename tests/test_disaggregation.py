@@ -225,7 +225,7 @@ def test_nvlink_transfer_needs_both_replicas_in_one_domain() -> None:
         "decode": {"tensor_parallel": 8},
         "kv_transfer": {"link": "nvlink"},
     }
-    with pytest.raises(InputError, match="kv_transfer.link: nvlink needs"):
+    with pytest.raises(InputError, match=r"kv_transfer\.link: nvlink needs"):
         simulator.load_scenario(make(deployment=dep, hardware={"nodes": 2}))
 
 
