@@ -41,10 +41,28 @@ def _summary_text(result: Any, name: str) -> str:
             f"SLO: {d['slo_attainment']:.1%} of requests met every target; goodput "
             f"{d['goodput_requests_per_s']:.2f} req/s"
         )
+    pools = d.get("disaggregation")
+    if pools is not None:
+        lines.append(_pools_text(pools))
     for reason, count in result.drop_reasons().items():
         lines.append(f"dropped {count}: {reason}")
     lines.extend(f"warning: {w}" for w in d["warnings"])
     return "\n".join(lines)
+
+
+def _pools_text(p: dict[str, Any]) -> str:
+    def ms(block: dict[str, float | None]) -> str:
+        v = block["p99"]
+        return "-" if v is None else f"{v * 1e3:.1f} ms"
+
+    pf, dc = p["prefill"], p["decode"]
+    return (
+        f"\npools {p['ratio']}: prefill {pf['gpus']} GPU(s) busy {pf['busy_fraction']:.0%}, "
+        f"queue p99 {ms(pf['queue_s'])}; decode {dc['gpus']} GPU(s), "
+        f"{dc['batch_slot_fraction']:.0%} of batch slots, queue p99 {ms(dc['queue_s'])}; "
+        f"KV transfer p50 {ms({'p99': p['kv_transfer_s']['p50']})}, p99 "
+        f"{ms(p['kv_transfer_s'])} at {p['kv_link_gb_per_s']:.0f} GB/s\nhint: {p['hint']}"
+    )
 
 
 @click.command()

@@ -9,6 +9,7 @@ from typing import Any
 
 from simulator.errors import InputError
 from simulator.report.page import Section, facts_table, render_page
+from simulator.report.pool_report import pool_section
 from simulator.report.sweep_figures import (
     breakdown_figure,
     choose_color_key,
@@ -115,6 +116,9 @@ def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
             "can no longer keep up with.",
             latency_figure(rows, axes, y),
         ))
+        pools = pool_section(rows, axes)
+        if pools is not None:
+            sections.append(pools)
         chosen = spread(front, MAX_BREAKDOWN_POINTS)
         items = []
         if breakdown:

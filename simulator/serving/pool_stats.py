@@ -21,15 +21,20 @@ def _pct(values: npt.NDArray[np.float64]) -> dict[str, float | None]:
     return percentiles(values[np.isfinite(values)])
 
 
-def suggest_prefill_replicas(total: int, prefill_load: float, decode_load: float) -> int:
-    """Prefill replicas out of `total` that would give both pools the same load, given the
-    load each pool's replicas carry together now (replica-equivalents of busy work)."""
+def suggest_prefill_replicas(total: int, prefill_work: float, decode_work: float) -> int:
+    """Prefill replicas out of `total` that minimise the busier pool's load, taking each
+    pool's work (load × replicas now) to spread evenly over its replicas."""
     if total < 2:
         return total
-    work = prefill_load + decode_load
-    if work <= 0:
-        return max(1, total // 2)
-    return min(total - 1, max(1, round(total * prefill_load / work)))
+    return min(
+        range(1, total),
+        key=lambda x: (max(prefill_work / x, decode_work / (total - x)), abs(2 * x - total)),
+    )
+
+
+def split_load(total: int, prefill: int, prefill_work: float, decode_work: float) -> float:
+    """The busier pool's load when `total` replicas split into `prefill` + the rest."""
+    return max(prefill_work / prefill, decode_work / (total - prefill))
 
 
 def _slo_pressure(values: npt.NDArray[np.float64], target_s: float | None) -> float:
@@ -38,6 +43,15 @@ def _slo_pressure(values: npt.NDArray[np.float64], target_s: float | None) -> fl
     if target_s is None or values.size == 0:
         return 0.0
     return float(np.percentile(values, 99)) / target_s
+
+
+def _load(*measures: tuple[str, float]) -> tuple[float, str]:
+    """The highest of a pool's load measures, and how to say it."""
+    what, value = max(measures, key=lambda m: m[1])
+    said = f"{value:.0%} {what}" if what.startswith("of") else f"{what} {value:.0%}"
+    if what.endswith("SLO"):
+        said = f"{what.split(' over')[0]} {value:.2f}x its SLO"
+    return value, said
 
 
 def pool_summary(
@@ -70,20 +84,31 @@ def pool_summary(
         / np.maximum(1, records["output_tokens"] - 1),
         np.nan,
     )
-    prefill_load = max(prefill_busy, _slo_pressure(ttft, slo.ttft_p99_s))
-    decode_load = max(min(1.0, max(slot_load, kv_load)), _slo_pressure(tpot, slo.tpot_p99_s))
+    prefill_load, prefill_why = _load(
+        ("busy", prefill_busy), ("TTFT p99 over its SLO", _slo_pressure(ttft, slo.ttft_p99_s))
+    )
+    decode_load, decode_why = _load(
+        ("of batch slots held", min(1.0, slot_load)),
+        ("of KV cache held", min(1.0, kv_load)),
+        ("TPOT p99 over its SLO", _slo_pressure(tpot, slo.tpot_p99_s)),
+    )
     bottleneck = "prefill" if prefill_load >= decode_load else "decode"
     total = p.replicas + d.replicas
     better = suggest_prefill_replicas(total, prefill_load * p.replicas, decode_load * d.replicas)
     now = f"{p.replicas}P{d.replicas}D"
-    if better == p.replicas:
+    work = (prefill_load * p.replicas, decode_load * d.replicas)
+    if total >= 2 and split_load(total, better, *work) > 1:
+        advice = (
+            f"no split of {total} replicas carries this load (best by load: "
+            f"{better}P{total - better}D); add replicas"
+        )
+    elif better == p.replicas:
         advice = f"{now} is balanced for this traffic"
     else:
         advice = f"try {better}P{total - better}D with the same {total} replicas"
     hint = (
-        f"{bottleneck} pool saturates first (prefill load {prefill_load:.0%}, decode load "
-        f"{decode_load:.0%}: busy time, batch slots or KV cache in use, or p99 latency over "
-        f"its SLO); {advice}"
+        f"{bottleneck} pool saturates first (prefill: {prefill_why}; decode: {decode_why}); "
+        f"{advice}"
     )
     return {
         "ratio": now,
