@@ -43,6 +43,9 @@ PUBLISHED_TOTAL: list[tuple[str, float, float, str]] = [
     # gpt-oss model card (arXiv 2508.10925), Table 1: 116.83B and 20.91B total.
     ("gpt-oss-120b", 116.83 * B, PRECISE, "gpt-oss model card, arXiv 2508.10925"),
     ("gpt-oss-20b", 20.91 * B, PRECISE, "gpt-oss model card, arXiv 2508.10925"),
+    # OPT paper (Zhang et al. 2022, arXiv 2205.01068) Table 1: the "13B" model (40 layers,
+    # 5120 wide); the count here is 12.85B with tied embeddings.
+    ("opt-13b", 13 * B, ROUNDED, "OPT paper, arXiv 2205.01068, Table 1"),
 ]
 
 # (catalog name, published active-per-token, tolerance, source)
@@ -84,6 +87,7 @@ EXPECTED_CATALOG = {
     "deepseek-r1",
     "gpt-oss-20b",
     "gpt-oss-120b",
+    "opt-13b",
 }
 
 

@@ -285,3 +285,30 @@ def test_shipped_disaggregated_scenario_beats_colocated_on_the_same_gpus() -> No
     ).to_dict()
     assert dis["num_gpus"] == agg["num_gpus"] == 4
     assert dis["goodput_requests_per_s"] > 2.0 * agg["goodput_requests_per_s"]
+
+
+# ----------------------------------------------------------------------- SLO-rate search
+
+
+def test_max_rate_at_attainment_brackets_the_slo_edge() -> None:
+    """The bisection's answer meets 90% attainment and a rate one bracket step above it
+    (40 / 2^12 req/s... times 4 for margin) does not: the edge lies between them."""
+    from simulator.validation.slo_rate import (
+        BISECTION_STEPS,
+        attainment_at,
+        max_rate_at_attainment,
+    )
+
+    scenario = make(
+        workload={
+            "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+            "input_tokens": {"kind": "fixed", "value": 2000},
+            "output_tokens": {"kind": "fixed", "value": 50},
+            "num_requests": 200,
+            "seed": 0,
+        },
+        slo={"ttft_p99_s": 0.5},
+    )
+    rate = max_rate_at_attainment(scenario, 0.9, 0.1, 40.0)
+    assert attainment_at(scenario, rate) >= 0.9
+    assert attainment_at(scenario, rate + 4 * 40.0 / 2**BISECTION_STEPS) < 0.9

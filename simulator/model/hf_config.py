@@ -38,7 +38,9 @@ _GATED_MODEL_TYPES = frozenset(
 # Activations that, for an unknown model type, signal a gated (GLU-style) MLP.
 _GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
 # Model types whose q/k/v projections always carry a bias, though the config has no key for it.
-_QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+_QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe", "opt"})
+# Model types with GPT-2-era key names: `ffn_dim` for the MLP width, `activation_function`.
+_FFN_DIM_MODEL_TYPES = frozenset({"opt"})
 
 
 class _Config:
@@ -271,7 +273,8 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
             f"'num_key_value_heads' ({kv_heads})"
         )
     vocab = c.int_("vocab_size")
-    intermediate = c.int_("intermediate_size")
+    ffn_key = "ffn_dim" if model_type in _FFN_DIM_MODEL_TYPES else "intermediate_size"
+    intermediate = c.int_(ffn_key)
     if c.has("max_position_embeddings") or not c.has("max_sequence_length"):
         max_pos = c.int_("max_position_embeddings")
     else:
@@ -291,7 +294,7 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
             )
         head_dim = hidden // heads
 
-    hidden_act = (c.opt_str("hidden_act") or "silu").lower()
+    hidden_act = (c.opt_str("hidden_act") or c.opt_str("activation_function") or "silu").lower()
     gated = model_type in _GATED_MODEL_TYPES or hidden_act in _GATED_ACTIVATIONS
     attention_bias = c.opt_bool("attention_bias", model_type in _QKV_BIAS_MODEL_TYPES)
     window, n_sliding = _parse_sliding(c, num_layers)
@@ -305,8 +308,8 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         head_dim=head_dim,
         intermediate_size=intermediate,
         vocab_size=vocab,
-        # Every family handled here defaults to separate input/output embeddings.
-        tie_word_embeddings=c.opt_bool("tie_word_embeddings", False),
+        # OPT ties its LM head to the embeddings; the other families default to separate ones.
+        tie_word_embeddings=c.opt_bool("tie_word_embeddings", model_type == "opt"),
         gated_mlp=gated,
         attention_bias=attention_bias,
         sliding_window=window,

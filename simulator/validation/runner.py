@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.validation.rows import Row, load_rows
+from simulator.validation.slo_rate import RATIO_METRIC, predict_ratio
 
 BASELINE = Path(__file__).parent / "baseline.json"
 EXPLANATIONS = Path(__file__).parent / "explanations.csv"
@@ -39,6 +40,8 @@ def predict(row: Row, band: bool = False) -> Scored:
     import simulator
     from simulator.validation.uncertainty import simulate_band
 
+    if row.metric == RATIO_METRIC:
+        return Scored(row, predict_ratio(row.id), None, None)
     scenario = simulator.load_scenario(row.scenario())
     if band:
         mid, low, high = simulate_band(scenario, row.metric)

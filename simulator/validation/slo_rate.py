@@ -1,0 +1,70 @@
+"""DistServe's "goodput": the highest Poisson request rate at which a deployment still meets
+its SLO for a given share of requests (OSDI 2024, §2), found by bisection on the rate; and the
+validation rows that compare two such rates (simulator/validation/disaggregation_rows.yaml)."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+RATE_ROWS = Path(__file__).parent / "disaggregation_rows.yaml"
+RATIO_METRIC = "slo_rate_ratio"
+ATTAINMENT = 0.9
+BISECTION_STEPS = 12  # 2^-12 of the bracket: well below the 0.1 req/s the papers quote
+
+
+def attainment_at(scenario: dict[str, Any], rate_per_s: float) -> float:
+    import simulator
+
+    s = copy.deepcopy(scenario)
+    s["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": rate_per_s}
+    value = simulator.simulate(simulator.load_scenario(s)).to_dict()["slo_attainment"]
+    return float(value)
+
+
+def max_rate_at_attainment(
+    scenario: dict[str, Any], target: float, low_per_s: float, high_per_s: float
+) -> float:
+    """Bisect [low, high] for the rate where the SLO attainment falls to `target` (if the high
+    end still meets it, the high end is returned)."""
+    if attainment_at(scenario, high_per_s) >= target:
+        return high_per_s
+    lo, hi = low_per_s, high_per_s
+    for _ in range(BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        if attainment_at(scenario, mid) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@cache
+def _spec() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(RATE_ROWS.read_text())
+    return data
+
+
+def rate_rows() -> set[str]:
+    return set(_spec()["rows"])
+
+
+@cache
+def goodput(name: str) -> float:
+    """One named goodput of the rows file, in req/s (per GPU when it says per_gpu)."""
+    g = _spec()["goodputs"][name]
+    rate = max_rate_at_attainment(g["scenario"], ATTAINMENT, *g["bracket_per_s"])
+    if g.get("per_gpu"):
+        import simulator
+
+        rate /= simulator.load_scenario(g["scenario"]).scenario.num_gpus
+    return rate
+
+
+def predict_ratio(row_id: str) -> float:
+    numerator, denominator = _spec()["rows"][row_id]
+    return goodput(numerator) / goodput(denominator)
