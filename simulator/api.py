@@ -121,7 +121,7 @@ def simulate(
         engine = loaded.engine
     else:
         engine = build_engine(s, base_dir, hardware)
-    stream, warnings = build_stream(s, base_dir, skip_bad_rows)
+    stream, warnings = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
     hook: CheckHook | None
     if check is True:
         from simulator.serving.invariants import InvariantChecker

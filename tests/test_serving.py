@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 import simulator
 from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
+from simulator.errors import InputError
 from simulator.inputs.scenario import load_scenario_file
 from simulator.serving.replica import Replica
 from simulator.serving.simulation import build_engine
@@ -361,7 +362,9 @@ def small_scenarios(draw: st.DrawFn) -> dict[str, Any]:
                 "max_num_seqs": seqs,
                 "max_num_batched_tokens": budget,
                 "chunked_prefill": draw(st.booleans()),
-                "block_size": draw(st.sampled_from([1, 7, 16, 64, 256])),
+                # the schema refuses a token budget below one block
+                "block_size": draw(st.sampled_from([b for b in (1, 7, 16, 64, 256)
+                                                    if b <= budget])),
                 "policy": draw(st.sampled_from(["fcfs", "priority"])),
             },
         },
@@ -610,14 +613,83 @@ def test_load_aware_routers_balance(router: str) -> None:
 # ---------------------------------------------------------------------- 11. drops
 
 
-def test_drop_longer_than_context(tmp_path: Path) -> None:
-    # llama-3.1-8b: max_position_embeddings 131072
+def test_trace_row_past_the_context_window_is_a_bad_row(tmp_path: Path) -> None:
+    # llama-3.1-8b: max_position_embeddings 131072; 131000 + 100 = 131100 passes it (line 3)
     sc = make(**trace_workload(tmp_path, [(0.0, 100, 10), (0.5, 131000, 100), (1.0, 50, 5)]))
-    res = simulator.simulate(sc)
+    with pytest.raises(InputError, match=r"1 bad row at line 3 .*131100 passes the context "
+                                         r"window of 131072 tokens.*--skip-bad-rows"):
+        simulator.simulate(sc)
+    res = simulator.simulate(sc, skip_bad_rows=True)
     d = res.to_dict()
-    assert d["requests_completed"] == 2 and d["requests_dropped"] == 1
-    assert res.drop_reasons() == {"exceeds max context length": 1}
-    assert math.isnan(res.requests["finish_s"][1])
+    assert d["requests_completed"] == 2 and d["requests_dropped"] == 0
+    assert any("skipped 1 bad row (line 3)" in w for w in res.warnings)
+
+
+def test_max_model_len_bounds_trace_rows(tmp_path: Path) -> None:
+    # deployment.max_model_len 200: 100 + 10 fits, 150 + 60 = 210 does not (line 3)
+    sc = make(deployment={"max_model_len": 200},
+              **trace_workload(tmp_path, [(0.0, 100, 10), (0.5, 150, 60)]))
+    with pytest.raises(InputError, match=r"line 3 .*210 passes the context window of 200"):
+        simulator.simulate(sc)
+
+
+def test_rare_tail_past_the_window_is_dropped_per_request() -> None:
+    # max_model_len 2048, prompts normal(1000, 320): p99.9 = 1000 + 3.09 * 320 = 1989, plus 10
+    # output tokens = 1999 <= 2048, so the scenario loads; P(prompt > 2038) = P(z > 3.24)
+    # ~ 6e-4, so a few of 4000 requests pass the window and are dropped as vLLM refuses them.
+    sc = make(deployment={"max_model_len": 2048, "overhead": {"step_s": 0.0, "per_seq_s": 0.0}},
+              workload={"arrival": {"kind": "offline"},
+                        "input_tokens": {"kind": "normal", "mean": 1000, "std": 320},
+                        "output_tokens": {"kind": "fixed", "value": 10},
+                        "num_requests": 4000, "seed": 3})
+    res = simulator.simulate(sc)
+    past = res.requests["input_tokens"] + res.requests["output_tokens"] > 2048
+    assert past.sum() >= 1  # seed 3 draws some: the test sees the per-request path
+    assert res.drop_reasons().get("exceeds max context length", 0) == int(past.sum())
+    assert (res.requests["drop_reason"][past] != 0).all()
+
+
+@pytest.mark.parametrize(
+    ("deployment", "workload", "needle"),
+    [
+        ({}, {"input_tokens": {"kind": "fixed", "value": 10_000_000}},
+         "workload.input_tokens: prompts up to 10000000 tokens"),
+        ({}, {"input_tokens": {"kind": "uniform", "min": 1, "max": 131_000},
+              "output_tokens": {"kind": "fixed", "value": 100}},
+         "workload.output_tokens: prompt 131000 (max) + output 100 (the fixed value) = 131100"),
+        ({"max_model_len": 4096}, {"input_tokens": {"kind": "empirical",
+                                                    "values": [10, 4096]}},
+         "prompts up to 4096 tokens (largest value) leave no room for an output token in "
+         "deployment.max_model_len of 4096"),
+        # lognormal median 2000, sigma 1: p99.9 = 2000 * e^3.09 = 43,969 > 8192
+        ({"max_model_len": 8192}, {"input_tokens": {"kind": "lognormal", "median": 2000,
+                                                    "sigma": 1.0}}, "(p99.9 of the unclipped"),
+        ({"max_model_len": 200_000}, {}, "deployment.max_model_len: max_model_len 200000 "
+                                         "exceeds llama-3.1-8b's context window of 131072"),
+        ({"scheduler": {"max_num_batched_tokens": 512, "max_num_seqs": 8, "block_size": 1024}},
+         {}, "block_size 1024 is above max_num_batched_tokens 512"),
+        ({"scheduler": {"max_num_batched_tokens": 8, "max_num_seqs": 8},
+          "speculative": {"method": "eagle3", "num_speculative_tokens": 8}}, {},
+         "num_speculative_tokens 8 needs 9 tokens per verification step"),
+    ],
+)
+def test_context_and_budget_bounds_are_refused_at_load(
+    deployment: dict[str, Any], workload: dict[str, Any], needle: str
+) -> None:
+    sc = make()
+    sc["deployment"].update(deployment)
+    sc["workload"].update(workload)
+    with pytest.raises(InputError) as info:
+        simulator.load_scenario(sc)
+    assert needle in str(info.value), info.value
+
+
+def test_disaggregated_window_is_the_smaller_pool() -> None:
+    sc = make(workload={"input_tokens": {"kind": "fixed", "value": 5000}})
+    sc["deployment"] = {"kind": "disaggregated", "prefill": {"max_model_len": 8192},
+                        "decode": {"max_model_len": 4096}}
+    with pytest.raises(InputError, match=r"deployment\.decode\.max_model_len of 4096"):
+        simulator.load_scenario(sc)
 
 
 def test_drop_prompt_above_budget_without_chunked_prefill(tmp_path: Path) -> None:

@@ -55,6 +55,19 @@ class Scheduler(_Strict):
     policy: Literal["fcfs", "priority"] = "fcfs"
     block_size: Annotated[int, Field(ge=1, le=1024)] = 16  # KV cache page, tokens
 
+    @field_validator("block_size")
+    @classmethod
+    def _chunk_holds_a_block(cls, v: int, info: ValidationInfo) -> int:
+        # A prefill chunk smaller than one KV page cannot fill a block in a step; engines
+        # align chunks to pages (SGLang's chunked_prefill_size, TRT-LLM's tokens_per_block).
+        budget = info.data.get("max_num_batched_tokens")
+        if isinstance(budget, int) and budget < v:
+            raise _invalid(
+                f"block_size {v} is above max_num_batched_tokens {budget}; a step's token "
+                f"budget must hold at least one KV block"
+            )
+        return v
+
     @field_validator("max_num_batched_tokens")
     @classmethod
     def _room_for_every_decode(cls, v: int, info: ValidationInfo) -> int:
@@ -105,6 +118,8 @@ class _Worker(_Strict):
     engine: Literal["vllm", "sglang", "trtllm"] = "vllm"  # software style: overhead defaults
     overhead: Overhead | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    # the engine's context window (vLLM --max-model-len); None: the model's
+    max_model_len: PosInt | None = None
 
     @field_validator("expert_parallel")
     @classmethod
@@ -147,6 +162,23 @@ class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `k
     comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0  # communication hidden by compute
     router: Router = "round_robin"
     speculative: SpeculativeConfig | None = None
+
+    @field_validator("speculative")
+    @classmethod
+    def _verify_fits_a_step(
+        cls, v: SpeculativeConfig | None, info: ValidationInfo
+    ) -> SpeculativeConfig | None:
+        # A verification step scores the k drafted tokens plus the bonus one of a sequence.
+        sched = info.data.get("scheduler")
+        if v is not None and isinstance(sched, Scheduler):
+            need = v.num_speculative_tokens + 1
+            if need > sched.max_num_batched_tokens:
+                raise _invalid(
+                    f"num_speculative_tokens {v.num_speculative_tokens} needs {need} tokens per "
+                    f"verification step, above scheduler.max_num_batched_tokens "
+                    f"{sched.max_num_batched_tokens}"
+                )
+        return v
 
 
 class WorkerPool(_Worker):

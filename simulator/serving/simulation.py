@@ -23,6 +23,7 @@ from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeplo
 from simulator.inputs.scenario import Scenario
 from simulator.model.architecture import Architecture
 from simulator.model.load import load_architecture
+from simulator.serving.context_window import check_workload_fits, scenario_max_model_len
 from simulator.serving.disaggregated import DisaggregatedPools, PoolSpec
 from simulator.serving.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
 from simulator.serving.replica import Replica, StepLog
@@ -62,6 +63,8 @@ class Engine:
     # Disaggregated deployments: this engine is the decode pool's; its prefill pool's engine.
     prefill_pool: Engine | None = None
     kv_link: KVLinkCost | None = None
+    # prompt + output tokens one request may hold (deployment.max_model_len, else the model's)
+    max_model_len: int = 0
 
 
 @dataclass
@@ -107,6 +110,8 @@ def build_engine(
     except ValueError as exc:
         tag_key(exc, "hardware.gpu")
         raise
+    max_model_len, window_text = scenario_max_model_len(scenario, arch)
+    check_workload_fits(scenario, max_model_len, window_text, base_dir)
     if isinstance(dep, DisaggregatedDeployment):
         # Each pool has its own layout, precision and scheduler; its GPUs hold a whole copy.
         pools: dict[str, Engine] = {}
@@ -117,12 +122,14 @@ def build_engine(
                 tag_key(exc, f"deployment.{name}")
                 raise
         link = _kv_link(dep, arch, hw, pools["decode"])
-        return replace(pools["decode"], prefill_pool=pools["prefill"], kv_link=link)
+        return replace(pools["decode"], prefill_pool=pools["prefill"], kv_link=link,
+                       max_model_len=max_model_len)
     try:
-        return _build_engine(dep, arch, hw, dep.comm_overlap)
+        engine = _build_engine(dep, arch, hw, dep.comm_overlap)
     except ValueError as exc:
         tag_key(exc, "deployment")
         raise
+    return replace(engine, max_model_len=max_model_len)
 
 
 def _build_engine(
@@ -246,7 +253,7 @@ def run(
     log = StepLog(timeseries)
     stop = env.event()
     state = {"ended": 0, "next": 0}
-    max_context = engine.arch.max_position_embeddings
+    max_context = engine.max_model_len or engine.arch.max_position_embeddings
     cfg = engine.scheduler
     limits = scenario.limits
 

@@ -108,7 +108,7 @@ class _TraceRows:
     bad: list[tuple[int, str]]  # (line number, reason)
 
 
-def _read_trace_rows(path: Path, reader: Any) -> _TraceRows:
+def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _TraceRows:
     header = tuple(h.strip() for h in next(reader, []))
     if set(_PLAIN) <= set(header):
         azure, names = False, _PLAIN
@@ -138,6 +138,11 @@ def _read_trace_rows(path: Path, reader: Any) -> _TraceRows:
                     raise ValueError(f"arrival_s {whole} is not a time >= 0")
             n_in = _check_tokens(row[i_in], names[1])
             n_out = _check_tokens(row[i_out], names[2])
+            if max_model_len is not None and n_in + n_out > max_model_len:
+                raise ValueError(
+                    f"{names[1]} {n_in} + {names[2]} {n_out} = {n_in + n_out} passes the "
+                    f"context window of {max_model_len} tokens"
+                )
         except ValueError as exc:
             reason = str(exc)
             if "could not convert" in reason or "Invalid isoformat" in reason:
@@ -156,6 +161,7 @@ def load_trace(
     base_dir: Path | None = None,
     time_scale: float = 1.0,
     skip_bad_rows: bool = False,
+    max_model_len: int | None = None,
 ) -> tuple[FloatArray, IntArray, IntArray, list[int]]:
     """Read a request trace CSV: (arrival_s, input_tokens, output_tokens, bad row line numbers).
 
@@ -163,13 +169,14 @@ def load_trace(
     as given) or the Azure LLM inference trace `TIMESTAMP,ContextTokens,GeneratedTokens`
     (datetimes, made relative to the earliest row). Extra columns are ignored. Times are
     multiplied by `time_scale` and rows sorted by time (stable). Bad rows (wrong column count,
-    non-numeric, tokens below 1, unparsable time) raise an InputError naming their lines,
-    unless `skip_bad_rows`: then they are dropped and their line numbers returned.
+    non-numeric, tokens below 1, unparsable time, prompt + output past `max_model_len`) raise
+    an InputError naming their lines, unless `skip_bad_rows`: then they are dropped and their
+    line numbers returned.
     """
     full = resolve_path(str(path), base_dir)
     try:
         with full.open(newline="") as f:
-            rows = _read_trace_rows(full, csv.reader(f))
+            rows = _read_trace_rows(full, csv.reader(f), max_model_len)
     except OSError as exc:
         raise InputError(f"{full}: cannot read trace ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, csv.Error) as exc:

@@ -174,13 +174,17 @@ def sample_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> Floa
 
 
 def build_stream(
-    scenario: Scenario, base_dir: Path | None, skip_bad_rows: bool = False
+    scenario: Scenario,
+    base_dir: Path | None,
+    skip_bad_rows: bool = False,
+    max_model_len: int | None = None,
 ) -> tuple[RequestStream, list[str]]:
     """The scenario's requests, and warnings worth showing (skipped trace rows, short trace).
 
     One generator, `default_rng(workload.seed)`, drawn in a fixed order: arrivals, input
     lengths, output lengths, priorities. Trace arrivals take times and lengths from the file
-    (the first `num_requests` rows by time) and draw only priorities.
+    (the first `num_requests` rows by time) and draw only priorities; a trace row whose prompt
+    + output passes `max_model_len` is a bad row.
     """
     w = scenario.workload
     rng = np.random.default_rng(w.seed)
@@ -188,7 +192,7 @@ def build_stream(
     concurrency: int | None = None
     if isinstance(w.arrival, TraceArrival):
         arrival_s, inputs, outputs, bad = load_trace(
-            w.arrival.path, base_dir, w.arrival.time_scale, skip_bad_rows
+            w.arrival.path, base_dir, w.arrival.time_scale, skip_bad_rows, max_model_len
         )
         if bad:
             lines = ", ".join(str(b) for b in bad[:MAX_BAD_ROWS_SHOWN])
