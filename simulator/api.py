@@ -58,6 +58,8 @@ class Result:
     token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = field(
         default_factory=dict
     )
+    # Speculative runs: tokens request i emitted at each of its decode steps, in step order.
+    spec_emitted: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
 
     def token_times(self, i: int) -> npt.NDArray[np.float64]:
         """Times at which request i emitted each of its output tokens (empty if it did not
@@ -71,6 +73,10 @@ class Result:
         parts += [clock[a : b + 1] for a, b in past]
         if rec["decode_last_step"] >= 0:
             parts.append(clock[int(rec["decode_first_step"]) : int(rec["decode_last_step"]) + 1])
+        emitted = self.spec_emitted.get(i)
+        if emitted is not None:  # a verify step emits its accepted tokens at the same time
+            steps = np.sort(np.concatenate(parts[2:]))
+            parts = [*parts[:2], np.repeat(steps, emitted)]
         return np.sort(np.concatenate(parts))
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,18 +155,23 @@ def simulate(
         busy = out.pools.gpu_busy_s() / gpu_span_s if gpu_span_s > 0 else 0.0
         summary["gpu_busy_fraction"] = min(1.0, busy)
         summary["disaggregation"] = pool_summary(out.pools, out.records, out.end_s, slo)
+    if out.speculative is not None:
+        summary["speculative"] = out.speculative
     warnings.extend(out.warnings)
     if out.status != "completed":
         warnings.append(
             f"run stopped early ({out.status}) at t={out.end_s:.1f} s: the load exceeds what "
             f"the deployment can serve; results cover finished requests only"
         )
+    kv_capacity = engine.memory.kv_capacity_tokens
+    if engine.speculative is not None:
+        kv_capacity = engine.speculative.kv_capacity_tokens
     ts = None
     if timeseries:
         ts = np.asarray(out.step_log.rows, dtype=np.float64).reshape(-1, len(TIMESERIES_COLUMNS))
     result = Result(
-        summary, out.records, out.status, out.preemptions, engine.memory.kv_capacity_tokens,
-        warnings, ts, out.decode_end_s, out.token_history,
+        summary, out.records, out.status, out.preemptions, kv_capacity,
+        warnings, ts, out.decode_end_s, out.token_history, out.spec_emitted,
     )
     if hook is not None and hasattr(hook, "check_result"):
         hook.check_result(result)

@@ -28,6 +28,7 @@ from simulator.inputs.common import (
     _Strict,
     _tag_of,
 )
+from simulator.inputs.speculative import SpeculativeConfig
 
 
 class Precision(_Strict):
@@ -86,23 +87,6 @@ class Overhead(_Strict):
 
     step_s: Annotated[float, Field(ge=0)]
     per_seq_s: Annotated[float, Field(ge=0)]
-
-
-class SpeculativeConfig(_Strict):
-    method: Literal["draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram"]
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
-    # mean tokens emitted per verification step, bonus token included: 1 .. k+1
-    acceptance_length: float | None = None
-
-    @field_validator("acceptance_length")
-    @classmethod
-    def _acceptance_in_range(cls, v: float | None, info: ValidationInfo) -> float | None:
-        k = info.data.get("num_speculative_tokens")
-        if v is not None and k is not None and not 1.0 <= v <= k + 1:
-            raise _invalid(
-                f"acceptance_length {v} must lie in [1, num_speculative_tokens + 1] = [1, {k + 1}]"
-            )
-        return v
 
 
 class _Worker(_Strict):

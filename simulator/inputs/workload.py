@@ -28,6 +28,7 @@ from simulator.inputs.common import (
     _Strict,
     _tag_of,
 )
+from simulator.inputs.speculative import WorkloadKind
 
 
 class OfflineArrival(_Strict):
@@ -216,6 +217,8 @@ class Workload(_Strict):
     num_requests: Annotated[int, Field(ge=1, le=100_000_000)] = 1000
     seed: Annotated[int, Field(ge=0)] = 0
     priorities: Priorities | None = None
+    # What the traffic is, for speculative presets (acceptance differs by kind); None: chat.
+    kind: WorkloadKind | None = None
 
     @field_validator("input_tokens", "output_tokens")
     @classmethod

@@ -58,6 +58,7 @@ class Architecture:
     moe: MoESpec | None
     mla: MLASpec | None
     attention_sinks: bool = False  # gpt-oss learned per-head sink logits (negligible cost)
+    num_mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's nextn layers)
 
     # --- derived counts, used by the cost model and the parameter-count tests ---
 

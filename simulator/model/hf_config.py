@@ -318,4 +318,5 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         moe=_parse_moe(c, num_layers, intermediate),
         mla=mla,
         attention_sinks=model_type == "gpt_oss",
+        num_mtp_layers=c.opt_int("num_nextn_predict_layers", 0),
     )

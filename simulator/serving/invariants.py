@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from simulator.cost.ops import OpCost
     from simulator.cost.shape import BatchShape
     from simulator.serving.replica import Replica
+    from simulator.serving.request import Request
     from simulator.serving.scheduler import PlannedStep
     from simulator.serving.simulation import Engine, RunOutput
 
@@ -222,7 +223,9 @@ class InvariantChecker:
         step = sched.step + (1 if decoding_now else 0) + bs - 1
         held = 0
         for r in sched.running.values():
-            if r.decode_start_step >= 0 and not reserve_full:
+            if r.decode_start_step >= 0 and not reserve_full and r.spec_cum is not None:
+                held += _speculative_blocks(r, sched.step, bs, decoding_now)
+            elif r.decode_start_step >= 0 and not reserve_full:
                 held += (r.decode_start_kv + step - r.decode_start_step) // bs
             else:
                 held += r.blocks
@@ -325,3 +328,12 @@ def _numbers(data: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
 
 
 __all__ = ["InvariantChecker", "InvariantViolation"]
+
+
+def _speculative_blocks(r: Request, step: int, bs: int, decoding_now: bool) -> int:
+    """Blocks of a speculating decoder: its cached tokens, and during a verify step the
+    larger of the KV the verify writes (last token + its drafts) and what it keeps."""
+    kv = r.kv_tokens_at(step)
+    if not decoding_now:
+        return -(-kv // bs)
+    return max(-(-(kv + 1 + r.spec_k) // bs), -(-r.kv_tokens_at(step + 1) // bs))

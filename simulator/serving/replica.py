@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
@@ -38,7 +39,7 @@ class Replica:
         env: simpy.Environment,
         index: int,
         cfg: SchedulerConfig,
-        model: StepModel,
+        model: StepModel | SpeculativeStepModel,
         style: EngineStyle,
         on_finish: Callable[[Request], None],
         log: StepLog,
@@ -59,6 +60,8 @@ class Replica:
         self._stalled: list[list[float]] = []
         self.decode_end_s = array("d")  # end time of each decode step, by decode-step number
         self.busy_s = 0.0
+        self.draft_gpu_s = 0.0  # speculative decoding: the drafter's share of GPU time
+        self.gpu_s = 0.0
         env.process(self._run())
 
     @property
@@ -92,6 +95,10 @@ class Replica:
                 self._wakeup = None
                 continue
             gpu_s = time_s(planned.batch)
+            self.gpu_s += gpu_s
+            if planned.batch.speculative_tokens_per_seq:
+                assert isinstance(self.model, SpeculativeStepModel)
+                self.draft_gpu_s += self.model.draft_s(planned.batch)
             dt = step_time_s(gpu_s, planned.num_seqs)
             if self.check is not None:
                 self.check(self, planned, dt)
@@ -129,6 +136,10 @@ class Replica:
             for r in sched.commit(planned, end):
                 self.finished += 1
                 self.on_finish(r)
+            if decoded and sched.last_emitted > decoded:
+                # A step that emits n tokens for a sequence gives one gap and n-1 zeros.
+                log.itl_s.append(0.0)
+                log.itl_weight.append(float(sched.last_emitted - decoded))
             # A run of unchanged decode steps pays off only if the next event is far enough.
             if fast and env.peek() - end >= min_run * dt and sched.can_fast_forward():
                 yield from self._decode_run(dt)
@@ -155,6 +166,7 @@ class Replica:
         if cap < MIN_DECODE_RUN:
             return
         n = sched.num_decoding
+        assert isinstance(self.model, StepModel)  # speculative replicas never fast-forward
         offsets = np.arange(cap, dtype=np.float64)
         gpu_s = self.model.decode_times_s(n, sched.decode_kv_sum + n * offsets)
         host_s = self.style.host_time_s(n)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class Request:
@@ -36,6 +37,9 @@ class Request:
         "replica",
         "resume_tokens_s",
         "scheduled_s",
+        "spec_cum",
+        "spec_done",
+        "spec_k",
         "target",
     )
 
@@ -66,10 +70,19 @@ class Request:
         # ranges served before each preemption, and the tokens sampled by re-prefills.
         self.past_segments: list[tuple[int, int]] | None = None
         self.resume_tokens_s: list[float] | None = None
+        # Speculative decoding: tokens emitted before each of its verify steps since it began
+        # to decode (cumulative, starting at 0), and the drafts it verified per step.
+        self.spec_cum: Any = None
+        self.spec_k = 0
+        self.spec_done: list[Any] | None = None  # tokens emitted per step of past decode runs
 
     def kv_tokens_at(self, step: int) -> int:
         """Cached tokens of a decoding request at the start of global step `step`."""
+        if self.spec_cum is not None:
+            return self.decode_start_kv + int(self.spec_cum[step - self.decode_start_step])
         return self.decode_start_kv + (step - self.decode_start_step)
 
     def generated_at(self, step: int) -> int:
+        if self.spec_cum is not None:
+            return self.decode_start_generated + int(self.spec_cum[step - self.decode_start_step])
         return self.decode_start_generated + (step - self.decode_start_step)

@@ -19,9 +19,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
 from simulator.serving.request import Request
+from simulator.serving.speculative import SpecDecoding, SpecSchedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,7 @@ class SchedulerConfig:
     block_size: int
     num_blocks: int
     reserve_full: bool = False  # admit only with blocks for prompt + every output reserved
+    speculative: SpecDecoding | None = None  # draft-and-verify decoding (serving/speculative)
 
 
 @dataclass(slots=True)
@@ -94,6 +98,18 @@ class Scheduler:
         self.preemptions = 0
         self.resume_gaps_s: list[float] = []  # token gaps that span a preemption (for ITL)
         self.outstanding_tokens = 0  # prompt + output tokens not yet processed (for routing)
+        # Speculative decoding: the per-step schedule, whether drafts run now (policy auto
+        # turns them off above a batch size), and what the verify steps emitted.
+        self.spec = cfg.speculative
+        self._spec = (
+            SpecSchedule(cfg.block_size, cfg.reserve_full) if self.spec is not None else None
+        )
+        self.spec_on = True
+        self._spec_reserved = -1  # step whose speculative blocks are reserved (-1: none)
+        self.last_emitted = 0  # tokens the decoders emitted in the last committed step
+        self.spec_verify_seqs = 0  # decoder-steps that verified drafts
+        self.spec_verify_emitted = 0  # tokens those decoder-steps emitted
+        self.spec_switches = 0  # policy auto: times speculation was turned on or off
 
     # ---- queries ----------------------------------------------------------------------
 
@@ -126,9 +142,17 @@ class Scheduler:
         self.num_decoding -= 1
         self.decode_kv_sum -= kv
         r.decode_epoch += 1
+        if self._spec is not None:
+            self._spec.add(r, -1, step)
+            done = np.diff(r.spec_cum)[: step - r.decode_start_step]
+            if done.size:
+                r.spec_done = [*(r.spec_done or ()), done]
+            r.spec_cum = None
         if self.cfg.reserve_full:
             held, r.blocks = r.blocks, 0
             return held
+        if self._spec is not None:
+            return self.blocks_for(kv)
         self._phase[(r.decode_start_step - r.decode_start_kv) % self.cfg.block_size] -= 1
         return self.blocks_for(kv)
 
@@ -142,7 +166,10 @@ class Scheduler:
                     victim.past_segments = []
                 victim.past_segments.append((victim.decode_start_step, self.step - 1))
             phase = (victim.decode_start_step - victim.decode_start_kv) % self.cfg.block_size
-            if phase == self._reserved_phase and not self.cfg.reserve_full:
+            if self._spec is not None:
+                if self._spec_reserved == self.step:  # its blocks for this step are not needed
+                    self.free_blocks += sum(self._spec.row_at(victim, self.step))
+            elif phase == self._reserved_phase and not self.cfg.reserve_full:
                 self.free_blocks += 1  # the block reserved for it this step is not needed
             self.free_blocks += self._leave_decode(victim, self.step)
             victim.decode_start_step = -1
@@ -168,7 +195,17 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
         preempted = False
         # Decodes first: each needs one token and, on a block boundary, one more block.
-        if not (not cfg.chunked_prefill and self._can_admit_prefill()):
+        if self._spec is not None and not (not cfg.chunked_prefill and self._can_admit_prefill()):
+            self._spec_policy()
+            need = self._spec.need(self.step)
+            while need > self.free_blocks and self.running:
+                self._preempt_newest(now_s)
+                preempted = True
+                need = self._spec.need(self.step)
+            decode_seqs = self.num_decoding
+            self.free_blocks -= need
+            self._spec_reserved = self.step
+        elif not (not cfg.chunked_prefill and self._can_admit_prefill()):
             need = self._phase[self.step % cfg.block_size]
             while need > self.free_blocks and self.running:
                 self._preempt_newest(now_s)
@@ -179,7 +216,7 @@ class Scheduler:
             self._reserved_phase = self.step % cfg.block_size
         else:
             decode_seqs = 0  # a prefill-only step (chunked prefill off)
-        budget -= decode_seqs
+        budget -= decode_seqs * (1 + self.drafts_per_seq)  # a verify feeds k+1 tokens a seq
         chunks: list[tuple[Request, int]] = []
         # Prompts already running continue with their next chunk.
         for r in list(self.prefilling):
@@ -202,7 +239,8 @@ class Scheduler:
         if decode_seqs and decode_seqs != self.num_decoding:
             # Preempting for a prefill chunk removed decoders after their blocks were counted.
             decode_seqs = self.num_decoding
-            budget = cfg.max_num_batched_tokens - decode_seqs - sum(c for _, c in chunks)
+            budget = cfg.max_num_batched_tokens - decode_seqs * (1 + self.drafts_per_seq)
+            budget -= sum(c for _, c in chunks)
         # Admit waiting requests, unless this step had to preempt (vLLM v1 does the same).
         if not preempted:
             chunks.extend(self._admit(now_s, budget, decode_seqs))
@@ -270,7 +308,13 @@ class Scheduler:
             prefill_sampled_seqs=sampled,
             decode_seqs=decode_seqs,
             decode_context_tokens=self.decode_kv_sum if decode_seqs else 0,
+            speculative_tokens_per_seq=self.drafts_per_seq if decode_seqs else 0,
         )
+
+    @property
+    def drafts_per_seq(self) -> int:
+        """Draft tokens each decoder verifies in the next step (0: plain decode)."""
+        return self.spec.k if self.spec is not None and self.spec_on else 0
 
     def commit(self, planned: PlannedStep, end_s: float) -> list[Request]:
         """Apply the step's results at `end_s`; return the requests that finished."""
@@ -278,13 +322,24 @@ class Scheduler:
         step = self.step
         decoded = planned.batch.decode_seqs
         self._reserved_phase = -1
+        self._spec_reserved = -1
         # Decoders' progress is implicit in the decode-step counter, so it advances only when
         # they were served: a prefill-only step (chunked prefill off) leaves them in place.
         next_step = step + 1 if decoded else step
         if decoded:
-            # Every decoder gained one cached token and one output token.
-            self.decode_kv_sum += decoded
-            self.outstanding_tokens -= decoded
+            # Every decoder gained one cached and one output token, or under speculation the
+            # tokens its verify step accepted, bonus included; the blocks that held the
+            # rejected drafts' KV are free again.
+            emitted = decoded
+            if self._spec is not None:
+                emitted = int(self._spec.emit[step])
+                self.free_blocks += int(self._spec.extra[step])
+                if planned.batch.speculative_tokens_per_seq:
+                    self.spec_verify_seqs += decoded
+                    self.spec_verify_emitted += emitted
+            self.last_emitted = emitted
+            self.decode_kv_sum += emitted
+            self.outstanding_tokens -= emitted
             for r, epoch in self._finish.pop(step, ()):
                 if epoch != r.decode_epoch:
                     continue  # it was preempted after this bucket entry was made
@@ -328,21 +383,67 @@ class Scheduler:
         r.decode_start_generated = r.generated
         self.num_decoding += 1
         self.decode_kv_sum += r.computed
-        if not self.cfg.reserve_full:
-            r.blocks = 0  # from now on implicit: blocks_for(kv), one more per block boundary
-            self._phase[(start_step - r.computed) % self.cfg.block_size] += 1
-        last = start_step + (r.output_tokens - r.generated) - 1
+        if self._spec is not None:
+            last = self._enter_speculative(r, start_step)
+        else:
+            if not self.cfg.reserve_full:
+                r.blocks = 0  # from now on implicit: blocks_for(kv), one more per block boundary
+                self._phase[(start_step - r.computed) % self.cfg.block_size] += 1
+            last = start_step + (r.output_tokens - r.generated) - 1
         bucket = self._finish.get(last)
         if bucket is None:
             bucket = self._finish[last] = []
             heapq.heappush(self._finish_steps, last)
         bucket.append((r, r.decode_epoch))
 
+    def _enter_speculative(self, r: Request, start_step: int) -> int:
+        """Draw r's emissions per verify step, book them in the schedule; its last step."""
+        spec, sched = self.spec, self._spec
+        assert spec is not None and sched is not None
+        on = self.spec_on
+        e = spec.draw(r.index, r.decode_epoch, r.output_tokens - r.generated, on)
+        cum = np.zeros(e.size + 1, dtype=np.int64)
+        np.cumsum(e, out=cum[1:])
+        r.spec_cum = cum
+        r.spec_k = spec.k if on else 0
+        if not self.cfg.reserve_full:
+            r.blocks = 0  # implicit from now on: blocks_for(kv) at each step
+        sched.add(r, 1, start_step)
+        return start_step + int(e.size) - 1
+
+    def _spec_policy(self) -> None:
+        """policy auto: drafts off above the cut-off batch, on again at or below it; the
+        decoders' remaining steps are redrawn under the new mode from this step on."""
+        spec = self.spec
+        assert spec is not None
+        want = spec.off_above_batch is None or self.num_decoding <= spec.off_above_batch
+        if want == self.spec_on:
+            return
+        self.spec_on = want
+        self.spec_switches += 1
+        step = self.step
+        for r in list(self.running.values()):
+            if r.spec_cum is None:
+                continue
+            if step > r.decode_start_step:  # its token clock goes on in a new decode run
+                r.past_segments = [*(r.past_segments or ()), (r.decode_start_step, step - 1)]
+            generated, kv = r.generated_at(step), r.kv_tokens_at(step)
+            held = self._leave_decode(r, step)
+            r.generated, r.computed = generated, kv
+            self._enter_decode(r, step)
+            if self.cfg.reserve_full:
+                r.blocks = held
+
     # ---- runs of pure decode steps (nothing arrives, finishes or prefills) ------------
 
     def can_fast_forward(self) -> bool:
         """Only decoders run and none waits: the next steps differ only in context length."""
-        return self.num_decoding > 0 and not self.prefilling and not len(self.waiting)
+        return (
+            self.spec is None
+            and self.num_decoding > 0
+            and not self.prefilling
+            and not len(self.waiting)
+        )
 
     def steps_before_next_finish(self) -> int:
         """Decode steps that can run before the first one in which a request finishes."""

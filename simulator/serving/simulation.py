@@ -14,6 +14,7 @@ import numpy.typing as npt
 import simpy
 
 from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, memory_budget
+from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.kv_transfer import KVLinkCost, kv_link_cost
 from simulator.cost.memory import require_fit
 from simulator.engines.style import EngineStyle, load_engine_styles
@@ -30,6 +31,7 @@ from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.scheduler import SchedulerConfig
+from simulator.serving.spec_engine import SpeculativeEngine, build_speculative, speculative_stats
 from simulator.serving.workload import RequestStream
 
 TIMESERIES_COLUMNS = (
@@ -65,6 +67,12 @@ class Engine:
     kv_link: KVLinkCost | None = None
     # prompt + output tokens one request may hold (deployment.max_model_len, else the model's)
     max_model_len: int = 0
+    speculative: SpeculativeEngine | None = None
+
+    @property
+    def replica_model(self) -> StepModel | SpeculativeStepModel:
+        """What a replica costs its steps with: the target alone, or target plus drafter."""
+        return self.speculative.model if self.speculative is not None else self.step_model
 
 
 @dataclass
@@ -82,6 +90,9 @@ class RunOutput:
     )  # preempted requests only: (earlier decode-step ranges, re-prefill token times)
     end_s: float = 0.0
     pools: DisaggregatedPools | None = None  # disaggregated runs: both pools and transfers
+    speculative: dict[str, Any] | None = None  # the result's `speculative` block
+    # Speculative runs: per request, the tokens it emitted at each of its decode steps.
+    spec_emitted: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
 
 
 def _resolve_model(name: str, base_dir: Path | None) -> str:
@@ -95,11 +106,6 @@ def build_engine(
 ) -> Engine:
     """Load model and GPU, check the layout and memory fit, size the KV block pool."""
     dep = scenario.deployment
-    if isinstance(dep, AggregatedDeployment) and dep.speculative is not None:
-        raise InputError(
-            "deployment.speculative: speculative decoding is not simulated yet; "
-            "remove the key (null) until the speculative-decoding issue lands"
-        )
     try:
         arch = load_architecture(_resolve_model(scenario.model, base_dir))
     except ValueError as exc:
@@ -126,6 +132,8 @@ def build_engine(
                        max_model_len=max_model_len)
     try:
         engine = _build_engine(dep, arch, hw, dep.comm_overlap)
+        if dep.speculative is not None:
+            engine = _with_speculative(engine, dep, scenario.workload.kind, base_dir)
     except ValueError as exc:
         tag_key(exc, "deployment")
         raise
@@ -178,6 +186,29 @@ def _build_engine(
         style.kv_admission == "reserve_full",
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
+
+
+def _with_speculative(
+    engine: Engine, dep: AggregatedDeployment, kind: str | None, base_dir: Path | None
+) -> Engine:
+    """The engine with its drafter: costed steps, and a KV pool shrunk by the drafter's share."""
+    assert dep.speculative is not None
+    k, s = dep.speculative.num_speculative_tokens, dep.scheduler
+    if s.max_num_seqs * (k + 1) > s.max_num_batched_tokens:
+        raise InputError(
+            f"deployment.scheduler.max_num_batched_tokens: {s.max_num_batched_tokens} is below "
+            f"max_num_seqs {s.max_num_seqs} × (num_speculative_tokens {k} + 1) = "
+            f"{s.max_num_seqs * (k + 1)}; every decoder feeds k+1 tokens to its verify step"
+        )
+    spec = build_speculative(dep.speculative, kind, engine.step_model, engine.memory, base_dir)
+    num_blocks = spec.kv_capacity_tokens // dep.scheduler.block_size
+    if num_blocks < 1:
+        raise InputError(
+            "deployment.speculative: the drafter's weights and KV leave less than one KV "
+            "block for the target; use more GPUs, a smaller format or no speculation"
+        )
+    cfg = replace(engine.scheduler, num_blocks=num_blocks)
+    return replace(engine, scheduler=cfg, speculative=spec)
 
 
 def _layout(pool: AggregatedDeployment | WorkerPool) -> ParallelLayout:
@@ -248,6 +279,7 @@ def run(
     records["decode_first_step"] = -1
     records["decode_last_step"] = -1
     token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = {}
+    spec_emitted: dict[int, npt.NDArray[np.int64]] = {}
 
     env = simpy.Environment()
     log = StepLog(timeseries)
@@ -269,6 +301,8 @@ def run(
         rec["decode_last_step"] = r.decode_last_step
         if r.past_segments is not None or r.resume_tokens_s is not None:
             token_history[r.index] = (r.past_segments or [], r.resume_tokens_s or [])
+        if r.spec_done is not None:
+            spec_emitted[r.index] = np.concatenate(r.spec_done)
         ended()
 
     def ended() -> None:
@@ -278,6 +312,10 @@ def run(
         elif stream.closed_loop_concurrency is not None:
             send_next()
 
+    if engine.speculative is not None:
+        cfg = replace(
+            cfg, speculative=engine.speculative.decoding(stream, scenario.workload.seed, cfg)
+        )
     route = ROUTERS[dep.router]
     pools: DisaggregatedPools | None = None
     make_request: Callable[[int, float, int, int, int], Request] = Request
@@ -293,7 +331,7 @@ def run(
         make_request = pools.entry_request
     else:
         replicas = [
-            Replica(env, i, cfg, engine.step_model, engine.style, finish, log, check)
+            Replica(env, i, cfg, engine.replica_model, engine.style, finish, log, check)
             for i in range(dep.replicas)
         ]
         everyone = replicas
@@ -399,6 +437,8 @@ def run(
         token_history=token_history,
         end_s=float(env.now),
         pools=pools,
+        speculative=speculative_stats(engine.speculative, cfg, replicas),
+        spec_emitted=spec_emitted,
     )
 
 

@@ -1,0 +1,178 @@
+"""What a speculative step costs: the drafter's passes plus the target's verify pass.
+
+The target verifies k draft tokens per decoding sequence in one forward over k+1 query
+positions (`BatchShape.speculative_tokens_per_seq`), which is nearly free while decode is
+memory-bound and costs k+1 times the GEMM work once it is compute-bound. The drafter is costed
+through its own `StepModel`, by method:
+
+- draft_model: a separate small model, k sequential single-token passes;
+- eagle3: k sequential passes of a one-layer dense head at the target's width, plus the
+  target's LM head each pass (EAGLE-3 drafts from the target's hidden states);
+- mtp: k sequential passes of the model's own extra layers (DeepSeek-V3/R1 carry one);
+- dflash, dspark: one parallel pass over the k-token block of a small drafter (its shape is
+  not in our references: one target-shaped layer unless `draft_model` names its config);
+- ngram: prompt lookup on the host, no GPU work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from simulator.cost.ops import OpCost
+from simulator.cost.shape import BatchShape, StepCost
+from simulator.cost.step import StepModel
+from simulator.model.architecture import Architecture
+
+SEQUENTIAL = frozenset({"draft_model", "eagle3", "mtp"})
+PARALLEL = frozenset({"dflash", "dspark"})
+
+
+def eagle_head(arch: Architecture) -> Architecture:
+    """One dense decoder layer at the target's width (the EAGLE-3 draft head)."""
+    return dataclasses.replace(
+        arch,
+        name=f"{arch.name} eagle3 head",
+        num_layers=1,
+        moe=None,
+        sliding_window=None,
+        num_sliding_layers=0,
+        num_mtp_layers=0,
+    )
+
+
+def mtp_module(arch: Architecture) -> Architecture:
+    """The model's own MTP layers: decoder layers of the target's kind (MoE where it is)."""
+    if arch.num_mtp_layers < 1:
+        raise ValueError(
+            f"speculative.method: mtp needs a model with multi-token-prediction layers; "
+            f"{arch.name} has none (num_nextn_predict_layers is 0 or absent in its config)"
+        )
+    moe = arch.moe
+    if moe is not None:
+        moe = dataclasses.replace(moe, first_dense_layers=0, moe_layer_interval=1)
+    return dataclasses.replace(
+        arch,
+        name=f"{arch.name} mtp",
+        num_layers=arch.num_mtp_layers,
+        moe=moe,
+        sliding_window=None,
+        num_sliding_layers=0,
+        num_mtp_layers=0,
+    )
+
+
+@dataclass(frozen=True)
+class SpeculativeStepModel:
+    """A target `StepModel` plus its drafter: costs a step as draft passes + verify pass.
+
+    A batch with `speculative_tokens_per_seq == 0` (speculation off for the step) costs exactly
+    what the target alone does.
+    """
+
+    target: StepModel
+    method: str
+    drafter: StepModel | None  # None: n-gram drafting (no GPU work)
+    _draft_cache: dict[tuple[int, int, int], float] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def draft_shapes(self, b: BatchShape) -> list[BatchShape]:
+        """The drafter's passes for the decoders of `b` (none when nothing is drafted)."""
+        k, n = b.speculative_tokens_per_seq, b.decode_seqs
+        if self.drafter is None or k == 0 or n == 0:
+            return []
+        ctx = b.decode_context_tokens
+        if self.method in PARALLEL:
+            # One pass over the block: k query positions per sequence (k-1 beyond the first).
+            return [BatchShape(decode_seqs=n, decode_context_tokens=ctx,
+                               speculative_tokens_per_seq=k - 1)]
+        # Sequential: pass j drafts token j, one position further along each context.
+        return [BatchShape(decode_seqs=n, decode_context_tokens=ctx + j * n) for j in range(k)]
+
+    def draft_s(self, b: BatchShape) -> float:
+        """GPU seconds of the drafter's passes for `b` (memoized by decoders, k and context)."""
+        if self.drafter is None or b.speculative_tokens_per_seq == 0 or b.decode_seqs == 0:
+            return 0.0
+        key = (b.decode_seqs, b.speculative_tokens_per_seq, b.decode_context_tokens)
+        t = self._draft_cache.get(key)
+        if t is None:
+            drafter = self.drafter
+            t = sum(drafter.time_s(s) for s in self.draft_shapes(b))
+            if len(self._draft_cache) < 1_000_000:
+                self._draft_cache[key] = t
+        return t
+
+    def time_s(self, b: BatchShape) -> float:
+        return self.target.time_s(b) + self.draft_s(b)
+
+    def cost(self, b: BatchShape) -> StepCost:
+        """The target's verify rows, then the drafter's rows prefixed `draft_`."""
+        verify = self.target.cost(b)
+        if self.drafter is None:
+            return verify
+        rows: list[OpCost] = list(verify.ops)
+        compute, memory, comm, overhead = (
+            verify.compute_s, verify.memory_s, verify.communication_s, verify.overhead_s
+        )
+        for shape in self.draft_shapes(b):
+            c = self.drafter.cost(shape)
+            rows.extend(dataclasses.replace(o, op=f"draft_{o.op}") for o in c.ops)
+            compute += c.compute_s
+            memory += c.memory_s
+            comm += c.communication_s
+            overhead += c.overhead_s
+        return StepCost(compute + memory + comm + overhead, tuple(rows), compute, memory, comm,
+                        overhead)
+
+    def decode_times_s(self, *args: object) -> object:
+        raise NotImplementedError("speculative steps are costed one by one")
+
+
+def make_drafter(
+    method: str, target: StepModel, draft_arch: Architecture | None
+) -> StepModel | None:
+    """The drafter's StepModel on the target's GPU, layout and formats (None for n-gram)."""
+    if method == "ngram":
+        return None
+    if draft_arch is None:
+        if method == "draft_model":
+            raise ValueError("speculative.method: draft_model needs draft_model")
+        draft_arch = mtp_module(target.arch) if method == "mtp" else eagle_head(target.arch)
+    return StepModel(draft_arch, target.hw, target.layout, target.formats, target.comm_overlap)
+
+
+def verify_and_draft_s(model: SpeculativeStepModel, b: BatchShape) -> tuple[float, float]:
+    """(verify, draft) GPU seconds of one step: the split `frontier simulate` reports."""
+    return model.target.time_s(b), model.draft_s(b)
+
+
+def crossover_batch(
+    model: SpeculativeStepModel, k: int, acceptance_length: float, context_tokens: int,
+    max_batch: int,
+) -> int | None:
+    """Smallest decode batch at which speculating costs more per emitted token than plain
+    decode at a per-sequence context of `context_tokens`; None if it pays up to `max_batch`.
+
+    Per token: (verify(n, k) + draft(n, k)) / τ against decode(n). Both come from the
+    roofline, so the crossover moves with the chip's ridge point, not with a constant.
+    """
+
+    def pays(n: int) -> bool:
+        spec = BatchShape(decode_seqs=n, decode_context_tokens=n * context_tokens,
+                          speculative_tokens_per_seq=k)
+        plain = BatchShape(decode_seqs=n, decode_context_tokens=n * context_tokens)
+        return model.time_s(spec) / acceptance_length < model.target.time_s(plain)
+
+    if pays(max_batch):
+        return None
+    if not pays(1):
+        return 1
+    lo, hi = 1, max_batch  # pays(lo), not pays(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pays(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi
