@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import subprocess
 import sys
 from importlib import resources
@@ -297,4 +298,37 @@ def test_bad_speculative_block_is_one_line_and_exit_2(
                        capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+# ---- frontier explain --speculative ------------------------------------------------------
+
+
+def _explain(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "simulator", "explain", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_explain_speculative_shows_draft_verify_emitted_and_the_crossover() -> None:
+    p = _explain("llama-3.1-8b", "--gpu", "h100-sxm", "--speculative", "eagle3:3:1.7",
+                 "--decode-batch", "8", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)["speculative"]
+    assert d["draft_s"] > 0 and d["verify_s"] > d["plain_decode_s"]
+    assert d["emitted_tokens_per_step"] == 1.7
+    # speed-up = plain per token / (draft + verify) per 1.7 tokens
+    assert d["speedup"] == pytest.approx(d["plain_decode_s"] * 1.7 / (d["draft_s"] + d["verify_s"]))
+    assert d["crossover_batch"] is not None and d["crossover_batch"] > 8
+    text = _explain("llama-3.1-8b", "--gpu", "h100-sxm", "--speculative", "eagle3:3:2.8").stdout
+    assert "draft" in text and "verify" in text and "speed-up" in text
+
+
+@pytest.mark.parametrize(
+    "arg", ["eagle3:3", "eagle9:3:2", "eagle3:x:2", "eagle3:3:9", "draft_model:3:2", "mtp:1:1.8"]
+)
+def test_explain_bad_speculative_is_one_line_and_exit_2(arg: str) -> None:
+    # mtp on llama-3.1-8b: the model has no multi-token-prediction layers
+    p = _explain("llama-3.1-8b", "--gpu", "h100-sxm", "--speculative", arg)
+    assert p.returncode == 2
+    assert "--speculative" in p.stderr or "multi-token" in p.stderr
     assert "Traceback" not in p.stderr

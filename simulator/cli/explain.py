@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, get_args
+
 import click
 
 from simulator.cli.common import FORMAT, dump
 from simulator.cost import Formats, ParallelLayout
+
+if TYPE_CHECKING:
+    from simulator.cost.spec_explain import SpeculativeExplanation
+    from simulator.cost.step import StepModel
 
 
 @click.command()
@@ -23,6 +29,13 @@ from simulator.cost import Formats, ParallelLayout
 @click.option("--context", type=click.IntRange(min=0), default=1024, show_default=True)
 @click.option("--prefill-tokens", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.9)
+@click.option(
+    "--speculative",
+    default=None,
+    metavar="METHOD:K:TAU[:DRAFT]",
+    help="Also cost a draft-and-verify step: method, draft tokens k, acceptance length τ "
+    "(bonus included), and for draft_model the drafter's catalog name or config.json.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def explain(
     model: str,
@@ -39,6 +52,7 @@ def explain(
     context: int,
     prefill_tokens: int,
     gpu_memory_utilization: float,
+    speculative: str | None,
     as_json: bool,
 ) -> None:
     """Cost one engine step of MODEL operator by operator (the teaching view)."""
@@ -57,7 +71,48 @@ def explain(
         prefill_tokens,
         gpu_memory_utilization,
     )
+    spec = None
+    if speculative is not None:
+        spec = _speculative(speculative, result.model, decode_batch, context)
     if as_json:
-        dump(result.to_dict())
+        out = result.to_dict()
+        if spec is not None:
+            out["speculative"] = spec.to_dict()
+        dump(out)
     else:
         click.echo(result.to_text())
+        if spec is not None:
+            click.echo("")
+            click.echo(spec.to_text())
+
+
+def _speculative(
+    text: str, target: StepModel, decode_batch: int, context: int
+) -> SpeculativeExplanation:
+    """Parse METHOD:K:TAU[:DRAFT] and cost it (one clear line on bad input)."""
+    from simulator.cost.spec_explain import explain_speculative
+    from simulator.inputs.speculative import SpeculativeMethod
+    from simulator.model.load import load_architecture
+
+    methods = get_args(SpeculativeMethod)
+    parts = text.split(":", 3)
+    bad = f"--speculative {text!r}: expected METHOD:K:TAU[:DRAFT], e.g. eagle3:3:2.8"
+    if len(parts) < 3:
+        raise click.BadParameter(bad)
+    method, k_text, tau_text = parts[:3]
+    if method not in methods:
+        raise click.BadParameter(f"{bad}; METHOD is one of {', '.join(methods)}")
+    try:
+        k, tau = int(k_text), float(tau_text)
+    except ValueError:
+        raise click.BadParameter(f"{bad}; K is an integer, TAU a number") from None
+    if not 1 <= k <= 16:
+        raise click.BadParameter(f"{bad}; K must lie in [1, 16]")
+    draft = parts[3] if len(parts) == 4 else None
+    if (method == "draft_model") != (draft is not None):
+        raise click.BadParameter(f"{bad}; DRAFT (a model) is given with draft_model and only then")
+    try:
+        arch = load_architecture(draft) if draft is not None else None
+        return explain_speculative(target, method, k, tau, decode_batch, context, arch)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None

@@ -6,8 +6,8 @@ memory-bound and costs k+1 times the GEMM work once it is compute-bound. The dra
 through its own `StepModel`, by method:
 
 - draft_model: a separate small model, k sequential single-token passes;
-- eagle3: k sequential passes of a one-layer dense head at the target's width, plus the
-  target's LM head each pass (EAGLE-3 drafts from the target's hidden states);
+- eagle3: k sequential passes of a one-layer dense head at the target's width, plus its
+  draft-vocabulary LM head each pass (EAGLE-3 drafts from the target's hidden states);
 - mtp: k sequential passes of the model's own extra layers (DeepSeek-V3/R1 carry one);
 - dflash, dspark: one parallel pass over the k-token block of a small drafter (its shape is
   not in our references: one target-shaped layer unless `draft_model` names its config);
@@ -28,12 +28,20 @@ SEQUENTIAL = frozenset({"draft_model", "eagle3", "mtp"})
 PARALLEL = frozenset({"dflash", "dspark"})
 
 
+# EAGLE-3 heads predict over a reduced draft vocabulary mapped onto the target's
+# (vllm-project/speculators Eagle3SpeculatorConfig: a 32K draft vocabulary beside the target's
+# 128K), so each draft pass's LM head is a quarter of a Llama-3 one.
+EAGLE3_DRAFT_VOCAB = 32_000
+
+
 def eagle_head(arch: Architecture) -> Architecture:
-    """One dense decoder layer at the target's width (the EAGLE-3 draft head)."""
+    """One dense decoder layer at the target's width with a draft-vocabulary LM head (the
+    EAGLE-3 draft head)."""
     return dataclasses.replace(
         arch,
         name=f"{arch.name} eagle3 head",
         num_layers=1,
+        vocab_size=min(arch.vocab_size, EAGLE3_DRAFT_VOCAB),
         moe=None,
         sliding_window=None,
         num_sliding_layers=0,
