@@ -669,7 +669,8 @@ def test_rare_tail_past_the_window_is_dropped_per_request() -> None:
         ({"scheduler": {"max_num_batched_tokens": 512, "max_num_seqs": 8, "block_size": 1024}},
          {}, "block_size 1024 is above max_num_batched_tokens 512"),
         ({"scheduler": {"max_num_batched_tokens": 8, "max_num_seqs": 8},
-          "speculative": {"method": "eagle3", "num_speculative_tokens": 8}}, {},
+          "speculative": {"method": "eagle3", "num_speculative_tokens": 8,
+                          "acceptance_length": 2.0}}, {},
          "num_speculative_tokens 8 needs 9 tokens per verification step"),
     ],
 )

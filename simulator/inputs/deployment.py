@@ -162,6 +162,13 @@ class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `k
                     f"verification step, above scheduler.max_num_batched_tokens "
                     f"{sched.max_num_batched_tokens}"
                 )
+            if sched.max_num_seqs * need > sched.max_num_batched_tokens:
+                raise _invalid(
+                    f"scheduler.max_num_batched_tokens {sched.max_num_batched_tokens} is below "
+                    f"max_num_seqs {sched.max_num_seqs} × (num_speculative_tokens "
+                    f"{v.num_speculative_tokens} + 1) = {sched.max_num_seqs * need}; every "
+                    f"decoding sequence feeds k+1 tokens to its verification step"
+                )
         return v
 
 

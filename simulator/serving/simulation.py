@@ -193,13 +193,6 @@ def _with_speculative(
 ) -> Engine:
     """The engine with its drafter: costed steps, and a KV pool shrunk by the drafter's share."""
     assert dep.speculative is not None
-    k, s = dep.speculative.num_speculative_tokens, dep.scheduler
-    if s.max_num_seqs * (k + 1) > s.max_num_batched_tokens:
-        raise InputError(
-            f"deployment.scheduler.max_num_batched_tokens: {s.max_num_batched_tokens} is below "
-            f"max_num_seqs {s.max_num_seqs} × (num_speculative_tokens {k} + 1) = "
-            f"{s.max_num_seqs * (k + 1)}; every decoder feeds k+1 tokens to its verify step"
-        )
     spec = build_speculative(dep.speculative, kind, engine.step_model, engine.memory, base_dir)
     num_blocks = spec.kv_capacity_tokens // dep.scheduler.block_size
     if num_blocks < 1:
