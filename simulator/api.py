@@ -157,6 +157,8 @@ def simulate(
         summary["disaggregation"] = pool_summary(out.pools, out.records, out.end_s, slo)
     if out.speculative is not None:
         summary["speculative"] = out.speculative
+    if out.attention_dp_imbalance_share is not None:
+        summary["attention_dp_imbalance_share"] = out.attention_dp_imbalance_share
     warnings.extend(out.warnings)
     if out.status != "completed":
         warnings.append(

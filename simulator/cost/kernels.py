@@ -28,6 +28,9 @@ class Kernels:
     layout: ParallelLayout
     formats: Formats
     comm_overlap: float = 0.0  # fraction of communication hidden under compute (assumption)
+    # Shares of all routed token-expert pairs on the busiest EP rank's expert slots
+    # (cost/moe_routing.py); None is uniform routing.
+    expert_slots: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         check_layout(self.arch, self.layout)

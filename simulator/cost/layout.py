@@ -21,6 +21,7 @@ class ParallelLayout:
     pipeline_parallel: int = 1
     attention_data_parallel: int = 1
     expert_parallel: int = 1
+    redundant_experts: int = 0  # EPLB-style extra expert slots, spread evenly over EP ranks
 
     @property
     def gpus(self) -> int:
@@ -73,6 +74,11 @@ def check_layout(arch: Architecture, layout: ParallelLayout) -> None:
             raise LayoutError(
                 f"expert_parallel {ep} does not divide the {arch.moe.num_experts} experts "
                 f"of {arch.name}"
+            )
+        if layout.redundant_experts % ep:
+            raise LayoutError(
+                f"redundant_experts {layout.redundant_experts} must be a multiple of "
+                f"expert_parallel {ep} so every EP rank holds the same number of experts"
             )
         if layout.mlp_group % ep:
             raise LayoutError(

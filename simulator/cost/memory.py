@@ -66,7 +66,8 @@ def ffn_weight_params_per_gpu(arch: Architecture, layout: ParallelLayout) -> tup
         return dense, 0.0
     ep = layout.expert_parallel
     expert_tp = group // ep
-    experts = arch.moe.num_experts / ep * arch.routed_expert_params / expert_tp
+    slots = arch.moe.num_experts + layout.redundant_experts  # EPLB copies take memory too
+    experts = slots / ep * arch.routed_expert_params / expert_tp
     shared = arch.shared_expert_params_per_layer / group
     return dense, experts + shared
 
@@ -146,7 +147,7 @@ def activation_bytes_per_gpu(
         if arch.moe is None
         else 2 * arch.moe.experts_per_token * arch.moe.expert_intermediate_size / group,
     )
-    tokens = max_batched_tokens / layout.attention_data_parallel
+    tokens = max_batched_tokens  # scheduler limits apply per attention-DP rank
     per_token = (arch.hidden_size + widest) * BF16_BYTES * 2
     logits = max_seqs * arch.vocab_size / tp * FP32_BYTES
     return tokens * per_token + logits
@@ -179,7 +180,7 @@ def memory_budget(
     kv_avail = usable - weights - acts
     per_token = kv_bytes_per_token_per_gpu(arch, layout, formats.kv_cache)
     # Sliding-window layers: reserve one window per schedulable sequence on this DP rank.
-    seqs_per_rank = math.ceil(max_seqs / layout.attention_data_parallel)
+    seqs_per_rank = max_seqs  # max_num_seqs applies per attention-DP rank
     per_seq = sliding_kv_bytes_per_seq_per_gpu(arch, layout, formats.kv_cache)
     window_reserve = seqs_per_rank * per_seq
     kv_avail -= window_reserve

@@ -22,65 +22,42 @@ AttentionConsts = tuple[float, float, float, float, float, float, int, int, int]
 
 
 def token_ops(k: Kernels, tokens: int) -> list[OpCost]:
-    """Projections, MLP/MoE, norms and collectives of `tokens` tokens through all layers."""
+    """Projections, MLP/MoE, norms and collectives of `tokens` tokens through all layers,
+    split evenly over the attention-DP ranks."""
     if tokens <= 0:
         return []
-    a, lay = k.arch, k.layout
-    tp, dp, group = lay.tensor_parallel, lay.attention_data_parallel, lay.mlp_group
+    rank_tokens = math.ceil(tokens / k.layout.attention_data_parallel)
+    return rank_ops(k, rank_tokens, tokens) + group_ops(k, tokens, rank_tokens)
+
+
+def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
+    """What one attention-DP rank runs on its own `rank_tokens` tokens: embedding, the
+    attention projections, norms and RoPE (`tokens`: the whole step's, for the dense-MLP
+    activation the FFN group applies to all of them)."""
+    if rank_tokens <= 0 and tokens <= 0:
+        return []
+    a, tp = k.arch, k.layout.tensor_parallel
     h, L = a.hidden_size, a.num_layers
-    ma = math.ceil(tokens / dp)  # tokens on one attention-DP rank
-    ops: list[OpCost] = [k.elementwise("embedding", ma * h * BF16_BYTES, 1)]
-
-    if a.mla is None:
-        qkv_n = (a.num_attention_heads // tp + 2 * _kv_heads_per_gpu(a, tp)) * a.head_dim
-        ops.append(k.gemm("qkv_proj", ma, qkv_n, h, L))
-        o_k = a.num_attention_heads // tp * a.head_dim
-    else:
-        m, heads = a.mla, a.num_attention_heads // tp
-        down_n = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
-        ops.append(k.gemm("mla_down_proj", ma, down_n, h, L))
-        q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
-        ops.append(
-            k.gemm(
-                "mla_q_up_proj", ma, heads * (m.qk_nope_head_dim + m.qk_rope_head_dim), q_in, L
-            )
-        )
-        ops.append(
-            k.gemm(
-                "mla_kv_up_proj",
-                ma,
-                heads * (m.qk_nope_head_dim + m.v_head_dim),
-                m.kv_lora_rank,
-                L,
-            )
-        )
-        o_k = heads * m.v_head_dim
-    ops.append(k.gemm("o_proj", ma, h, o_k, L))
-
-    # Collectives around attention and the FFN. Pure TP: two all-reduces per layer.
-    # Attention-DP: all-reduce inside each TP group, then the FFN group gathers every
-    # rank's tokens and scatters them back (SGLang-style DP attention).
-    act_bytes = tokens * h * BF16_BYTES
-    if dp == 1:
-        if tp > 1:  # a single GPU has nothing to reduce: no row, no bytes on the wire
-            ops.append(
-                k.comm(
-                    "tp_allreduce",
-                    2 * L * allreduce_time_s(act_bytes, tp, k.hw),
-                    2 * L * act_bytes,
-                )
-            )
-    else:
-        per_rank = ma * h * BF16_BYTES if tp > 1 else 0.0  # no all-reduce over one rank
-        t = L * (
-            allreduce_time_s(per_rank, tp, k.hw)
-            + 2 * allgather_time_s(act_bytes, group, k.hw)
-        )
-        ops.append(k.comm("dp_gather_scatter", t, L * (per_rank + 2 * act_bytes)))
-
-    ops.extend(ffn_ops(k, tokens))
-
-    i_loc = a.intermediate_size / group
+    ma = rank_tokens
+    ops: list[OpCost] = []
+    if ma > 0:
+        ops.append(k.elementwise("embedding", ma * h * BF16_BYTES, 1))
+        if a.mla is None:
+            qkv_n = (a.num_attention_heads // tp + 2 * _kv_heads_per_gpu(a, tp)) * a.head_dim
+            ops.append(k.gemm("qkv_proj", ma, qkv_n, h, L))
+            o_k = a.num_attention_heads // tp * a.head_dim
+        else:
+            m, heads = a.mla, a.num_attention_heads // tp
+            down_n = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
+            ops.append(k.gemm("mla_down_proj", ma, down_n, h, L))
+            q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
+            q_n = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+            ops.append(k.gemm("mla_q_up_proj", ma, q_n, q_in, L))
+            kv_n = heads * (m.qk_nope_head_dim + m.v_head_dim)
+            ops.append(k.gemm("mla_kv_up_proj", ma, kv_n, m.kv_lora_rank, L))
+            o_k = heads * m.v_head_dim
+        ops.append(k.gemm("o_proj", ma, h, o_k, L))
+    i_loc = a.intermediate_size / k.layout.mlp_group
     norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
     # RoPE rotates this rank's queries and keys in place (read + write each).
     k_width = (
@@ -95,6 +72,43 @@ def token_ops(k: Kernels, tokens: int) -> list[OpCost]:
             4 * L,
         )
     )
+    return ops
+
+
+def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
+    """What every GPU of the replica runs together on all `tokens` tokens of the step: the
+    collectives around attention (padded to the busiest rank's `rank_tokens`, as SGLang's DP
+    attention gathers), the MLP/MoE, and the pipeline sends."""
+    if tokens <= 0:
+        return []
+    a, lay = k.arch, k.layout
+    tp, dp, group = lay.tensor_parallel, lay.attention_data_parallel, lay.mlp_group
+    h, L = a.hidden_size, a.num_layers
+    ma = rank_tokens
+    ops: list[OpCost] = []
+    # Collectives around attention and the FFN. Pure TP: two all-reduces per layer.
+    # Attention-DP: all-reduce inside each TP group, then the FFN group gathers every
+    # rank's tokens and scatters them back (SGLang-style DP attention).
+    if dp == 1:
+        act_bytes = tokens * h * BF16_BYTES
+        if tp > 1:  # a single GPU has nothing to reduce: no row, no bytes on the wire
+            ops.append(
+                k.comm(
+                    "tp_allreduce",
+                    2 * L * allreduce_time_s(act_bytes, tp, k.hw),
+                    2 * L * act_bytes,
+                )
+            )
+    else:
+        act_bytes = max(tokens, dp * ma) * h * BF16_BYTES
+        per_rank = ma * h * BF16_BYTES if tp > 1 else 0.0  # no all-reduce over one rank
+        t = L * (
+            allreduce_time_s(per_rank, tp, k.hw)
+            + 2 * allgather_time_s(act_bytes, group, k.hw)
+        )
+        ops.append(k.comm("dp_gather_scatter", t, L * (per_rank + 2 * act_bytes)))
+
+    ops.extend(ffn_ops(k, tokens))
     if lay.pipeline_parallel > 1:
         crosses = lay.gpus > k.hw.scale_up_domain_size
         t = (lay.pipeline_parallel - 1) * p2p_time_s(ma * h * BF16_BYTES, crosses, k.hw)
@@ -102,6 +116,7 @@ def token_ops(k: Kernels, tokens: int) -> list[OpCost]:
             k.comm("pp_send_recv", t, (lay.pipeline_parallel - 1) * ma * h * BF16_BYTES)
         )
     return ops
+
 
 def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     a, lay = k.arch, k.layout
@@ -123,10 +138,18 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     ops.append(k.gemm("moe_router", ma, moe.num_experts, h, Lm, bf16=True))
     # Expected distinct experts hit: each token picks k of E, so an expert is missed by
     # all T tokens with probability (1 - k/E)^T. Their weights are what decode streams.
-    local_experts = moe.num_experts / ep
-    p_hit = 1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens
-    touched = max(1, round(local_experts * p_hit))
-    routed = tokens * moe.experts_per_token / ep  # token-expert pairs on this GPU
+    slots = k.expert_slots
+    if slots is None:  # uniform routing: every expert slot carries 1/E of the pairs
+        local_experts = moe.num_experts / ep
+        p_hit = 1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens
+        touched = max(1, round(local_experts * p_hit))
+        routed = tokens * moe.experts_per_token / ep  # token-expert pairs on this GPU
+        hot = 1.0
+    else:  # skewed routing: the busiest EP rank's slots set the time (cost/moe_routing.py)
+        k_sel = moe.experts_per_token
+        touched = max(1, round(sum(1.0 - (1.0 - min(1.0, k_sel * x)) ** tokens for x in slots)))
+        routed = tokens * k_sel * sum(slots)
+        hot = sum(slots) * ep
     m_e = math.ceil(routed / touched)
     ie = moe.expert_intermediate_size // expert_tp
     ops.append(k.gemm("moe_experts_up_gate", m_e, gate_mult * ie, h, Lm, groups=touched))
@@ -142,7 +165,8 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     )
     if ep > 1:
         a_bytes = min(get_format(k.formats.activations).bytes_per_element, BF16_BYTES)
-        sent = tokens / group * moe.experts_per_token * h
+        # The busiest rank receives `hot` times the mean rank's routed activations.
+        sent = tokens / group * moe.experts_per_token * h * hot
         t = Lm * (
             alltoall_time_s(sent * a_bytes, ep, k.hw)
             + alltoall_time_s(sent * BF16_BYTES, ep, k.hw)
@@ -191,11 +215,13 @@ def attention_consts(k: Kernels) -> AttentionConsts:
     )
 
 def attention_terms(
-    k: Kernels, consts: AttentionConsts, b: BatchShape
+    k: Kernels, consts: AttentionConsts, b: BatchShape, ranks: int | None = None
 ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
-    """(FLOPs, bytes) of prefill and of decode attention over all layers, per GPU."""
+    """(FLOPs, bytes) of prefill and of decode attention over all layers, per GPU. `b` is
+    split evenly over `ranks` attention-DP ranks (default: the layout's; 1 for one rank's
+    own batch)."""
     per_pair_p, per_pair_d, kv_tok, qo_tok, _, _, n_full, n_sw, _ = consts
-    dp = k.layout.attention_data_parallel
+    dp = k.layout.attention_data_parallel if ranks is None else ranks
     window = k.arch.sliding_window
     prefill = decode = None
     if b.prefill_tokens > 0:
@@ -224,13 +250,15 @@ def attention_fixed_s(k: Kernels) -> tuple[float, float]:
     return k.hw.kernel_launch_overhead_s, k.hw.attention_decode_fixed_s
 
 
-def attention_ops(k: Kernels, consts: AttentionConsts, b: BatchShape) -> list[OpCost]:
+def attention_ops(
+    k: Kernels, consts: AttentionConsts, b: BatchShape, ranks: int | None = None
+) -> list[OpCost]:
     """Attention rows: compute at the attention kernels' rate, KV at their bandwidth."""
     *_, rate, bw, _, _, layers = consts
     ops: list[OpCost] = []
     for name, terms, fixed in zip(
         ("attention_prefill", "attention_decode"),
-        attention_terms(k, consts, b),
+        attention_terms(k, consts, b, ranks),
         attention_fixed_s(k),
         strict=True,
     ):

@@ -33,6 +33,12 @@ class StepModel(Kernels):
 
     _token_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
     _head_cache: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
+    _rank_cache: dict[tuple[int, int, int], float] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _group_cache: dict[tuple[int, int], float] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     @cached_property
     def _attn_consts(self) -> AttentionConsts:
@@ -85,6 +91,14 @@ class StepModel(Kernels):
         if h is None:
             h = self._head_cache[rows] = _sum_time(self.head_ops(rows))
         return t + h
+
+    def _group_time_s(self, tokens: int, rank_tokens: int) -> float:
+        """Time of the replica-wide part of a step (collectives, MLP/MoE, pipeline sends)."""
+        key = (tokens, rank_tokens)
+        t = self._group_cache.get(key)
+        if t is None:
+            t = self._group_cache[key] = _sum_time(operators.group_ops(self, tokens, rank_tokens))
+        return t
 
     def time_s(self, b: BatchShape) -> float:
         """Same total as cost(b).step_time_s, memoizing the token-count-only parts."""

@@ -89,6 +89,22 @@ class Overhead(_Strict):
     per_seq_s: Annotated[float, Field(ge=0)]
 
 
+class MoeRouting(_Strict):
+    """How routed tokens spread over the experts (cost/moe_routing.py). Uniform by default:
+    trained routers aim at balance; `zipf` with exponent `s`, or a measured `profile` file (one
+    load per expert, in expert order), makes the busiest expert's GPU set the MoE time.
+    `redundant_experts` adds EPLB-style copies of the hottest experts (a multiple of
+    expert_parallel)."""
+
+    skew: Literal["uniform", "zipf"] = "uniform"
+    s: Annotated[float, Field(ge=0)] = 1.0  # Zipf exponent: load of the i-th expert ∝ 1/i^s
+    profile: str | None = None  # path to a per-expert load file (CSV/whitespace numbers)
+    redundant_experts: Annotated[int, Field(ge=0)] = 0
+
+
+RankRouter = Literal["round_robin", "least_outstanding", "shortest_expected_latency"]
+
+
 class _Worker(_Strict):
     """Fields of one engine type: an aggregated deployment, or a prefill or decode pool."""
 
@@ -97,6 +113,9 @@ class _Worker(_Strict):
     pipeline_parallel: PosInt = 1
     attention_data_parallel: PosInt = 1
     expert_parallel: PosInt = 1
+    # In-engine balancer of requests over attention-DP ranks (SGLang's load-balance method).
+    attention_dp_router: RankRouter = "round_robin"
+    moe_routing: MoeRouting = MoeRouting()
     precision: Precision = Precision()
     scheduler: Scheduler = Scheduler()
     engine: Literal["vllm", "sglang", "trtllm"] = "vllm"  # software style: overhead defaults
@@ -135,7 +154,7 @@ class _Worker(_Strict):
         return " × ".join(parts)
 
 
-Router = Literal["round_robin", "least_outstanding", "shortest_expected_latency"]
+Router = RankRouter
 
 
 class _AggregatedKind(_Strict):

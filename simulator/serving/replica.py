@@ -204,25 +204,52 @@ class Replica:
                 self.on_finish(r)
 
     def _log_gaps(self, decoded: int, dt: float) -> None:
-        """Record this step's inter-token gaps. A prefill-only step with decoders waiting adds
-        its time to their next gap; a decode step emits every waiting group's longer gap."""
-        log, waiting = self.log, self.sched.num_decoding
-        if decoded == 0:
-            if waiting:
-                for group in self._stalled:
-                    group[1] += dt
-                held = sum(int(g[0]) for g in self._stalled)
-                if waiting > held:
-                    self._stalled.append([float(waiting - held), dt])
-            return
-        left = float(decoded)
-        for count, stall_s in self._stalled:
-            n = min(count, left)
-            if n > 0:
-                log.itl_s.append(dt + stall_s)
-                log.itl_weight.append(n)
-                left -= n
-        self._stalled.clear()
-        if left > 0:
-            log.itl_s.append(dt)
-            log.itl_weight.append(left)
+        log_gaps(self.log, self.sched.num_decoding, self._stalled, decoded, dt)
+
+    # ---- what the simulation reads of any replica (a ranked one sums its ranks) ---------
+
+    def clocks(self) -> list[array[float]]:
+        """Decode-step end times of each clock a request's `replica` record can name."""
+        return [self.decode_end_s]
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self.sched.waiting)
+
+    @property
+    def preemptions(self) -> int:
+        return self.sched.preemptions
+
+    @property
+    def resume_gaps_s(self) -> list[float]:
+        return self.sched.resume_gaps_s
+
+    @property
+    def max_num_seqs(self) -> int:
+        return self.sched.cfg.max_num_seqs
+
+
+def log_gaps(
+    log: StepLog, waiting: int, stalled: list[list[float]], decoded: int, dt: float
+) -> None:
+    """Record one step's inter-token gaps. A prefill-only step with decoders waiting adds
+    its time to their next gap; a decode step emits every waiting group's longer gap."""
+    if decoded == 0:
+        if waiting:
+            for group in stalled:
+                group[1] += dt
+            held = sum(int(g[0]) for g in stalled)
+            if waiting > held:
+                stalled.append([float(waiting - held), dt])
+        return
+    left = float(decoded)
+    for count, stall_s in stalled:
+        n = min(count, left)
+        if n > 0:
+            log.itl_s.append(dt + stall_s)
+            log.itl_weight.append(n)
+            left -= n
+    stalled.clear()
+    if left > 0:
+        log.itl_s.append(dt)
+        log.itl_weight.append(left)

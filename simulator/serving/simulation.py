@@ -27,6 +27,13 @@ from simulator.model.load import load_architecture
 from simulator.serving.context_window import check_workload_fits, scenario_max_model_len
 from simulator.serving.disaggregated import DisaggregatedPools, PoolSpec
 from simulator.serving.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
+from simulator.serving.ranks_setup import (
+    attention_dp_ranks,
+    dense_dp_notes,
+    expert_slots,
+    imbalance_share,
+    make_replicas,
+)
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
@@ -93,6 +100,7 @@ class RunOutput:
     speculative: dict[str, Any] | None = None  # the result's `speculative` block
     # Speculative runs: per request, the tokens it emitted at each of its decode steps.
     spec_emitted: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
+    attention_dp_imbalance_share: float | None = None  # attention-DP runs: waits for the slowest
 
 
 def _resolve_model(name: str, base_dir: Path | None) -> str:
@@ -123,7 +131,7 @@ def build_engine(
         pools: dict[str, Engine] = {}
         for name, pool in (("prefill", dep.prefill), ("decode", dep.decode)):
             try:
-                pools[name] = _build_engine(pool, arch, hw, 0.0)
+                pools[name] = _build_engine(pool, arch, hw, 0.0, base_dir)
             except ValueError as exc:
                 tag_key(exc, f"deployment.{name}")
                 raise
@@ -131,7 +139,7 @@ def build_engine(
         return replace(pools["decode"], prefill_pool=pools["prefill"], kv_link=link,
                        max_model_len=max_model_len)
     try:
-        engine = _build_engine(dep, arch, hw, dep.comm_overlap)
+        engine = _build_engine(dep, arch, hw, dep.comm_overlap, base_dir)
         if dep.speculative is not None:
             engine = _with_speculative(engine, dep, scenario.workload.kind, base_dir)
     except ValueError as exc:
@@ -141,12 +149,17 @@ def build_engine(
 
 
 def _build_engine(
-    dep: AggregatedDeployment | WorkerPool, arch: Architecture, hw: Hardware, comm_overlap: float
+    dep: AggregatedDeployment | WorkerPool,
+    arch: Architecture,
+    hw: Hardware,
+    comm_overlap: float,
+    base_dir: Path | None = None,
 ) -> Engine:
-    layout = _layout(dep)
+    layout = _layout(dep, arch)
     p = dep.precision
     formats = Formats(p.weights, p.activations, p.kv_cache)
-    step_model = StepModel(arch, hw, layout, formats, comm_overlap)
+    slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
+    step_model = StepModel(arch, hw, layout, formats, comm_overlap, slots)
     s = dep.scheduler
     style = load_engine_styles()[dep.engine]
     budget = memory_budget(
@@ -160,7 +173,8 @@ def _build_engine(
         fraction_of_free=style.memory_fraction_of == "free",
     )
     require_fit(arch, hw, layout, formats, budget)
-    num_blocks = budget.kv_capacity_tokens // s.block_size
+    # Each attention-DP rank has its own KV pool: the replica's capacity split evenly.
+    num_blocks = budget.kv_capacity_tokens // layout.attention_data_parallel // s.block_size
     if num_blocks < 1:
         raise InputError(
             f"deployment: the KV cache holds {budget.kv_capacity_tokens} tokens, less than one "
@@ -204,12 +218,13 @@ def _with_speculative(
     return replace(engine, scheduler=cfg, speculative=spec)
 
 
-def _layout(pool: AggregatedDeployment | WorkerPool) -> ParallelLayout:
+def _layout(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> ParallelLayout:
     return ParallelLayout(
         pool.tensor_parallel,
         pool.pipeline_parallel,
-        pool.attention_data_parallel,
+        attention_dp_ranks(pool, arch),
         pool.expert_parallel,
+        pool.moe_routing.redundant_experts,
     )
 
 
@@ -227,8 +242,8 @@ def _kv_link(
     return kv_link_cost(
         hw,
         kv.link,
-        _layout(dep.prefill),
-        _layout(dep.decode),
+        _layout(dep.prefill, arch),
+        _layout(dep.decode, arch),
         decode.memory.kv_bytes_per_token_per_gpu,
         arch.num_layers,
         gb_per_s=kv.gb_per_s,
@@ -311,6 +326,7 @@ def run(
         )
     route = ROUTERS[dep.router]
     pools: DisaggregatedPools | None = None
+    warnings_pre: list[str] = []
     make_request: Callable[[int, float, int, int, int], Request] = Request
     fits_ever: Callable[[int, int], bool]
     if isinstance(dep, DisaggregatedDeployment):
@@ -323,10 +339,9 @@ def run(
         fits_ever = pools.fits_ever
         make_request = pools.entry_request
     else:
-        replicas = [
-            Replica(env, i, cfg, engine.replica_model, engine.style, finish, log, check)
-            for i in range(dep.replicas)
-        ]
+        parts = (engine.replica_model, engine.style, cfg)
+        replicas = make_replicas(dep, engine.arch, parts, env, finish, log, check)
+        warnings_pre = dense_dp_notes(dep, engine.arch)
         everyone = replicas
         first = replicas[0].sched
         fits_ever = lambda inp, out: first.fits_ever(Request(0, 0.0, inp, out, 0))  # noqa: E731
@@ -353,7 +368,7 @@ def run(
         assert isinstance(target, Replica)
         target.submit(r)
         cap = limits.max_waiting_requests
-        if cap is not None and len(target.sched.waiting) > cap and not stop.triggered:
+        if cap is not None and target.waiting_count > cap and not stop.triggered:
             stop.succeed("queue_limit")
         return True
 
@@ -382,7 +397,7 @@ def run(
             state["next"] = i + 1
             send(i)
             if i in quarter_ends:
-                queue_marks.append(sum(len(rep.sched.waiting) for rep in everyone))
+                queue_marks.append(sum(rep.waiting_count for rep in everyone))
 
     if stream.closed_loop_concurrency is not None:
         for _ in range(min(stream.closed_loop_concurrency, n)):
@@ -407,8 +422,8 @@ def run(
             status = str(env.run(until=stop))
         except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
             raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
-    warnings: list[str] = []
-    batch_cap = sum(rep.sched.cfg.max_num_seqs for rep in replicas)
+    warnings: list[str] = [] if pools is not None else warnings_pre
+    batch_cap = sum(rep.max_num_seqs for rep in replicas)
     if unstable_queue(queue_marks, batch_cap):
         marks = ", ".join(str(q) for q in queue_marks)
         warnings.append(
@@ -421,12 +436,15 @@ def run(
     return RunOutput(
         records,
         log,
-        [g for rep in everyone for g in rep.sched.resume_gaps_s],
+        [g for rep in everyone for g in rep.resume_gaps_s],
         status,
-        sum(rep.sched.preemptions for rep in everyone),
+        sum(rep.preemptions for rep in everyone),
         warnings=warnings,
         busy_s=[rep.busy_s for rep in everyone],
-        decode_end_s=[np.frombuffer(rep.decode_end_s, dtype=np.float64) for rep in decoders],
+        decode_end_s=[
+            np.frombuffer(clock, dtype=np.float64) for rep in decoders for clock in rep.clocks()
+        ],
+        attention_dp_imbalance_share=imbalance_share(replicas),
         token_history=token_history,
         end_s=float(env.now),
         pools=pools,

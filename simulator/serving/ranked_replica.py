@@ -1,0 +1,178 @@
+"""An attention-data-parallel engine replica: D ranks in one engine, each with its own requests,
+scheduler limits and KV pool (as SGLang's and TensorRT-LLM's DP attention run), stepping
+together because the MoE layers' collectives join every rank each layer.
+
+An in-engine router (`attention_dp_router`) places each request on a rank. A step plans every
+rank's batch, costs it with `cost.ranks.ranked_step` (the slowest rank plus the shared MoE
+part) and commits every rank at the step's end. A request's `replica` record names its rank
+(replica x D + rank), whose decode-step clock times its tokens.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from typing import Any
+
+import simpy
+
+from simulator.cost.ranks import ranked_step
+from simulator.cost.shape import BatchShape
+from simulator.cost.step import StepModel
+from simulator.engines.style import EngineStyle
+from simulator.serving.replica import Replica, StepLog, log_gaps
+from simulator.serving.request import Request
+from simulator.serving.router import Router
+from simulator.serving.scheduler import PlannedStep, Scheduler, SchedulerConfig
+
+IDLE = BatchShape()
+
+
+class Rank:
+    """One attention-DP rank: its scheduler, its decode-step clock and its routing load."""
+
+    def __init__(self, index: int, cfg: SchedulerConfig) -> None:
+        self.index = index  # the rank's clock id: replica x D + rank
+        self.sched = Scheduler(cfg)
+        self.assigned = 0
+        self.finished = 0
+        self.stalled: list[list[float]] = []
+        self.decode_end_s = array("d")
+
+    @property
+    def outstanding_requests(self) -> int:
+        return self.assigned - self.finished
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return self.sched.outstanding_tokens
+
+
+class RankedReplica(Replica):
+    """A replica of `ranks` attention-DP ranks stepping in lockstep."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        cfg: SchedulerConfig,
+        model: StepModel,
+        style: EngineStyle,
+        on_finish: Callable[[Request], None],
+        log: StepLog,
+        ranks: int,
+        rank_router: Router,
+    ) -> None:
+        super().__init__(env, index, cfg, model, style, on_finish, log, None)
+        self.ranks = [Rank(index * ranks + j, cfg) for j in range(ranks)]
+        self.sched = self.ranks[0].sched  # fits_ever and limits: every rank is configured alike
+        self.rank_router = rank_router
+        self.ranked_model = model
+        self.imbalance_s = 0.0  # summed (slowest - mean) rank-local GPU time of every step
+        self.gpu_s = 0.0  # summed GPU time of every step
+
+    @property
+    def outstanding_tokens(self) -> int:
+        return sum(rk.sched.outstanding_tokens for rk in self.ranks)
+
+    @property
+    def waiting_count(self) -> int:
+        return sum(len(rk.sched.waiting) for rk in self.ranks)
+
+    @property
+    def preemptions(self) -> int:
+        return sum(rk.sched.preemptions for rk in self.ranks)
+
+    @property
+    def resume_gaps_s(self) -> list[float]:
+        return [g for rk in self.ranks for g in rk.sched.resume_gaps_s]
+
+    @property
+    def max_num_seqs(self) -> int:
+        return sum(rk.sched.cfg.max_num_seqs for rk in self.ranks)
+
+    def clocks(self) -> list[array[float]]:
+        return [rk.decode_end_s for rk in self.ranks]
+
+    def submit(self, r: Request, *, routed: bool = False) -> None:
+        if not routed:
+            self.assigned += 1
+        rank = self.rank_router(self.ranks, r.index)
+        assert isinstance(rank, Rank)
+        rank.assigned += 1
+        r.replica = rank.index
+        rank.sched.add(r)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _run(self) -> Any:
+        env, log = self.env, self.log
+        step_time_s = self.style.step_time_s
+        while True:
+            ranks = self.ranks
+            plans = [rk.sched.plan(env.now) if rk.sched.has_work else None for rk in ranks]
+            if not any(p is not None for p in plans):
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            step = ranked_step(self.ranked_model, [IDLE if p is None else p.batch for p in plans])
+            # Each rank's scheduler runs in its own process, so host work overlaps across
+            # ranks: the busiest rank's sequence count sets the host time.
+            seqs = max(p.num_seqs for p in plans if p is not None)
+            dt = step_time_s(step.time_s, seqs)
+            yield env.timeout(dt)
+            end = env.now
+            self.busy_s += dt
+            self.gpu_s += step.time_s
+            self.imbalance_s += step.imbalance_s
+            if log.detailed:
+                self._log_row(plans, end, dt, step.time_s)
+            for rk, planned in zip(ranks, plans, strict=True):
+                if planned is not None:
+                    self._commit_rank(rk, planned, end, dt)
+
+    def _commit_rank(self, rk: Rank, planned: PlannedStep, end: float, dt: float) -> None:
+        decoded = planned.batch.decode_seqs
+        if decoded:
+            rk.decode_end_s.append(end)
+        log_gaps(self.log, rk.sched.num_decoding, rk.stalled, decoded, dt)
+        for r in rk.sched.commit(planned, end):
+            rk.finished += 1
+            self.finished += 1
+            self.on_finish(r)
+
+    def _log_row(
+        self, plans: list[PlannedStep | None], end: float, dt: float, gpu_s: float
+    ) -> None:
+        """One time-series row for the whole replica (the breakdown of the summed batch)."""
+        live = [p for p in plans if p is not None]
+        b = BatchShape(
+            prefill_tokens=sum(p.batch.prefill_tokens for p in live),
+            prefill_seqs=sum(p.batch.prefill_seqs for p in live),
+            prefill_attention_pairs=sum(p.batch.prefill_attention_pairs for p in live),
+            prefill_context_tokens=sum(p.batch.prefill_context_tokens for p in live),
+            prefill_sampled_seqs=sum(p.batch.prefill_sampled_seqs for p in live),
+            decode_seqs=sum(p.batch.decode_seqs for p in live),
+            decode_context_tokens=sum(p.batch.decode_context_tokens for p in live),
+        )
+        c = self.ranked_model.cost(b)
+        blocks = sum(rk.sched.cfg.num_blocks for rk in self.ranks)
+        self.log.rows.append(
+            (
+                end,
+                float(self.index),
+                float(sum(p.num_seqs for p in live)),
+                float(b.decode_seqs),
+                float(b.prefill_tokens),
+                float(sum(len(rk.sched.running) for rk in self.ranks)),
+                float(self.waiting_count),
+                sum(rk.sched.used_blocks for rk in self.ranks) / max(1, blocks),
+                dt,
+                c.compute_s,
+                c.memory_s,
+                c.communication_s,
+                c.overhead_s,
+                dt - gpu_s,
+            )
+        )
