@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import simpy
 
@@ -31,7 +31,8 @@ IDLE = BatchShape()
 class Rank:
     """One attention-DP rank: its scheduler, its decode-step clock and its routing load."""
 
-    def __init__(self, index: int, cfg: SchedulerConfig) -> None:
+    def __init__(self, env: simpy.Environment, index: int, cfg: SchedulerConfig) -> None:
+        self.env = env  # with index and sched, what the invariant checker reads of a replica
         self.index = index  # the rank's clock id: replica x D + rank
         self.sched = Scheduler(cfg)
         self.assigned = 0
@@ -62,9 +63,11 @@ class RankedReplica(Replica):
         log: StepLog,
         ranks: int,
         rank_router: Router,
+        check: Callable[[Replica, Any, float], None] | None = None,
     ) -> None:
         super().__init__(env, index, cfg, model, style, on_finish, log, None)
-        self.ranks = [Rank(index * ranks + j, cfg) for j in range(ranks)]
+        self.rank_check = check
+        self.ranks = [Rank(env, index * ranks + j, cfg) for j in range(ranks)]
         self.sched = self.ranks[0].sched  # fits_ever and limits: every rank is configured alike
         self.rank_router = rank_router
         self.ranked_model = model
@@ -121,6 +124,10 @@ class RankedReplica(Replica):
             # ranks: the busiest rank's sequence count sets the host time.
             seqs = max(p.num_seqs for p in plans if p is not None)
             dt = step_time_s(step.time_s, seqs)
+            if self.rank_check is not None:
+                for rk, p in zip(ranks, plans, strict=True):
+                    if p is not None:  # each rank is checked as the replica it acts as
+                        self.rank_check(cast(Replica, rk), p, dt)
             yield env.timeout(dt)
             end = env.now
             self.busy_s += dt

@@ -122,7 +122,7 @@ def make_replicas(
             )
         router = ROUTERS[dep.attention_dp_router]
         return [
-            RankedReplica(env, i, cfg, model, style, finish, log, ranks, router)
+            RankedReplica(env, i, cfg, model, style, finish, log, ranks, router, check)
             for i in range(count)
         ]
     return [Replica(env, i, cfg, model, style, finish, log, check) for i in range(count)]
