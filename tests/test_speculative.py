@@ -332,3 +332,16 @@ def test_explain_bad_speculative_is_one_line_and_exit_2(arg: str) -> None:
     assert p.returncode == 2
     assert "--speculative" in p.stderr or "multi-token" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_speculative_validation_rows_run_or_say_why_not() -> None:
+    from simulator.validation.rows import load_rows
+    from simulator.validation.speculative_rows import speculative_setups
+
+    rows = [r for r in load_rows() if r.subset == "speculative"]
+    setups = speculative_setups()
+    running = [r for r in rows if not r.pending]
+    assert {r.id for r in running} == set(setups)
+    assert len(running) >= 2
+    for r in rows:
+        assert r.pending or r.measured is not None

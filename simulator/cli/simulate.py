@@ -44,10 +44,32 @@ def _summary_text(result: Any, name: str) -> str:
     pools = d.get("disaggregation")
     if pools is not None:
         lines.append(_pools_text(pools))
+    spec = d.get("speculative")
+    if spec is not None:
+        lines.append(_speculative_text(spec))
     for reason, count in result.drop_reasons().items():
         lines.append(f"dropped {count}: {reason}")
     lines.extend(f"warning: {w}" for w in d["warnings"])
     return "\n".join(lines)
+
+
+def _speculative_text(s: dict[str, Any]) -> str:
+    """Measured acceptance, the drafter's share of GPU time and where drafting stops paying."""
+    mean = s["acceptance_length_mean"]
+    measured = "no verify step ran" if mean is None else f"{mean:.2f} tokens per verify step"
+    cross = s["crossover_batch"]
+    where = (
+        f"drafting stops paying past a decode batch of {cross - 1}"
+        if cross is not None
+        else "drafting pays at every batch up to max_num_seqs"
+    )
+    return (
+        f"\nspeculative {s['method']} k={s['num_speculative_tokens']} ({s['policy']}, "
+        f"{s['workload_kind']} traffic): acceptance {measured} (expected "
+        f"{s['acceptance_length_expected']:.2f}); GPU time {s['draft_share_of_gpu_time']:.0%} "
+        f"draft, {s['verify_share_of_gpu_time']:.0%} verify; {where} (judged at "
+        f"{s['crossover_context_tokens']:.0f} context tokens)"
+    )
 
 
 def _pools_text(p: dict[str, Any]) -> str:

@@ -1,0 +1,44 @@
+"""Speculative validation rows: the CSV setup plus a `deployment.speculative` block
+(speculative_rows.yaml), scored as an absolute metric or as the speed-up over the same
+scenario without speculation."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SPEC_ROWS = Path(__file__).parent / "speculative_rows.yaml"
+SPEEDUP_METRIC = "speedup"
+
+
+@cache
+def speculative_setups() -> dict[str, dict[str, Any]]:
+    data: dict[str, dict[str, Any]] = yaml.safe_load(SPEC_ROWS.read_text())["rows"]
+    return data
+
+
+def speculative_scenario(row_id: str, base: dict[str, Any]) -> dict[str, Any]:
+    """The row's CSV scenario with its speculative block and extra keys merged in."""
+    setup = speculative_setups()[row_id]
+    s = copy.deepcopy(base)
+    s["deployment"].update(setup.get("deployment", {}))
+    s["workload"].update(setup.get("workload", {}))
+    s["deployment"]["speculative"] = dict(setup["speculative"])
+    return s
+
+
+def predict_speculative(row_id: str, metric: str, base: dict[str, Any]) -> float:
+    import simulator
+
+    spec = speculative_scenario(row_id, base)
+    with_spec = simulator.simulate(simulator.load_scenario(spec)).to_dict()
+    if metric != SPEEDUP_METRIC:
+        return float(with_spec[metric])
+    plain = copy.deepcopy(spec)
+    del plain["deployment"]["speculative"]
+    without = simulator.simulate(simulator.load_scenario(plain)).to_dict()
+    return float(with_spec["output_tokens_per_s"]) / float(without["output_tokens_per_s"])
