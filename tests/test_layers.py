@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent / "simulator"
 LAYERS: dict[str, int] = {
     "errors": 0,
     "units": 0,
+    "yamlsafe": 0,
     "model": 1,
     "hardware": 1,
     "engines": 1,

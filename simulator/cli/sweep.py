@@ -46,9 +46,12 @@ def _axes(x: str | None, y: str | None) -> dict[str, Any]:
 @click.option("--y", "y_axis", default=None, help=_AXIS_HELP + " [default: throughput_per_gpu]")
 @click.option("--color-by", default=None, help="Swept key that colours the split frontier plot.")
 @click.option("--no-report", is_flag=True, help="Skip report.html.")
+@click.option("--skip-bad-rows", is_flag=True,
+              help="Drop (and count in each point's warnings) trace rows that are bad or pass "
+                   "the context window, instead of refusing the point.")
 def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resume: bool,
           fresh: bool, ray_address: str | None, gpu_price: tuple[str, ...], x_axis: str | None,
-          y_axis: str | None, color_by: str | None, no_report: bool) -> None:
+          y_axis: str | None, color_by: str | None, no_report: bool, skip_bad_rows: bool) -> None:
     """Simulate every point of SWEEP_FILE's grid and find the frontier."""
     from simulator.sweep.cost import gpu_prices
     from simulator.sweep.pipeline import run_sweep
@@ -57,7 +60,8 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
         raise InputError("--resume and --fresh exclude each other")
     outcome = run_sweep(
         sweep_file, out_dir, backend=backend, workers=workers, resume=resume, fresh=fresh,
-        ray_address=ray_address, prices=gpu_prices(gpu_price), **_axes(x_axis, y_axis),
+        ray_address=ray_address, prices=gpu_prices(gpu_price), skip_bad_rows=skip_bad_rows,
+        **_axes(x_axis, y_axis),
     )
     if not no_report:
         from simulator.report import write_sweep_report
@@ -218,8 +222,10 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
 @click.option("--x", "x_axis", default=None, help=_AXIS_HELP)
 @click.option("--y", "y_axis", default=None, help=_AXIS_HELP)
 @click.option("--color-by", default=None, help="Swept key that colours the split frontier plot.")
+@click.option("--skip-bad-rows", is_flag=True,
+              help="Single-scenario reports: drop and count bad trace rows instead of refusing.")
 def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis: str | None,
-           y_axis: str | None, color_by: str | None) -> None:
+           y_axis: str | None, color_by: str | None, skip_bad_rows: bool) -> None:
     """HTML report (opens offline) of a sweep folder, or of one SCENARIO.yaml's simulation."""
     path = Path(target)
     if path.is_dir():
@@ -231,16 +237,17 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
         import yaml
 
         from simulator.report import write_scenario_report
+        from simulator.yamlsafe import safe_load_bounded
 
         try:
-            head = yaml.safe_load(path.read_text())
-        except (OSError, yaml.YAMLError):
+            head = safe_load_bounded(path.read_text())
+        except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError):
             head = None
         if isinstance(head, dict) and "sweep" in head:
             raise InputError(f"{path} is a sweep file: run `frontier sweep {path} --out DIR`, "
                              "then `frontier report DIR`")
         html = Path(out_file) if out_file else path.with_suffix(".html")
-        write_scenario_report(path, html, overrides)
+        write_scenario_report(path, html, overrides, skip_bad_rows)
     click.echo(f"wrote {html}")
 
 

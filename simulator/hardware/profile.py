@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import InputError, format_validation_error
+from simulator.yamlsafe import safe_load_bounded
 
 Positive = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1.2)]
@@ -224,8 +225,8 @@ def profile_paths(extra: list[Path] | None = None) -> dict[str, Path]:
 def load_profile_file(path: Path) -> Hardware:
     """Parse and validate one profile YAML."""
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
+        raw = safe_load_bounded(path.read_text())
+    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: top level must be a mapping of profile keys")

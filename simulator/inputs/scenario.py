@@ -59,6 +59,7 @@ from simulator.inputs.workload import Priorities as Priorities
 from simulator.inputs.workload import TraceArrival as TraceArrival
 from simulator.inputs.workload import UniformLengths as UniformLengths
 from simulator.inputs.yamlfile import load_yaml_mapping
+from simulator.yamlsafe import safe_load_bounded
 
 
 class HardwareConfig(_Strict):
@@ -161,7 +162,7 @@ def _parse_override(item: str) -> tuple[tuple[str, ...], Any]:
             f"--set {item!r}: expected key.path=value, e.g. deployment.tensor_parallel=4"
         )
     try:
-        value = yaml.safe_load(raw)
+        value = safe_load_bounded(raw)
     except yaml.YAMLError as exc:
         raise InputError(
             f"--set {item!r}: value is not valid YAML ({str(exc).splitlines()[0]})"

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from simulator.errors import InputError
+from simulator.yamlsafe import safe_load_bounded
 
 
 def load_yaml_mapping(path: Path, what: str, kind: str) -> dict[str, Any]:
@@ -16,8 +17,8 @@ def load_yaml_mapping(path: Path, what: str, kind: str) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"{path}: {what} file not found")
     try:
-        loaded = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        loaded = safe_load_bounded(path.read_text())
+    except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(loaded, dict):
         got = "an empty file" if loaded is None else f"a {type(loaded).__name__}"

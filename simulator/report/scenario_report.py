@@ -123,13 +123,13 @@ def _facts(d: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def write_scenario_report(scenario: str | Path, html_path: Path,
-                          overrides: Sequence[str] = ()) -> Path:
+                          overrides: Sequence[str] = (), skip_bad_rows: bool = False) -> Path:
     """Simulate one scenario with its time series and write the report (atomically)."""
     import simulator
     from simulator.serving.simulation import TIMESERIES_COLUMNS
 
     loaded = simulator.load_scenario(scenario, overrides)
-    result = simulator.simulate(loaded, timeseries=True)
+    result = simulator.simulate(loaded, timeseries=True, skip_bad_rows=skip_bad_rows)
     d = result.to_dict()
     sections = [Section("Summary", "", html_body=facts_table(_facts(d)))]
     ts = result.timeseries

@@ -70,7 +70,9 @@ def weighted_percentiles(values: FloatArray, weights: FloatArray) -> dict[str, f
     v, w = values[order], weights[order]
     cum = np.cumsum(w)
     total = cum[-1]
-    out: dict[str, float | None] = {"mean": float(np.dot(v, w) / total)}
+    # np.sum of the products, not np.dot: BLAS may split a dot product over threads, so its
+    # rounding would depend on the worker's thread count (Ray workers run with one thread).
+    out: dict[str, float | None] = {"mean": float(np.sum(v * w) / total)}
     for name, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
         idx = int(np.searchsorted(cum, q * total, side="left"))
         out[name] = float(v[min(idx, v.size - 1)])

@@ -27,6 +27,9 @@ from simulator.inputs.yamlfile import load_yaml_mapping
 from simulator.sweep.expr import Constraint, parse_constraint
 
 SWEEP_KEYS = ("sweep", "constraints")
+# Points a grid may hold before constraints: each point is a full scenario dict in memory and a
+# file in points/; a larger grid is refused before any point is built (split it, or use zip).
+MAX_GRID_POINTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -149,7 +152,14 @@ def parse_sweep(data: Mapping[str, Any], base_dir: Path | None, source: str = "s
         raise InputError(f"{source}: constraints: must be a list of expressions (got {raw_c!r})")
     constraints = tuple(parse_constraint(c) for c in raw_c)
     base = {k: v for k, v in data.items() if k not in SWEEP_KEYS}
-    return SweepSpec(base, tuple(dims), constraints, base_dir, source)
+    spec = SweepSpec(base, tuple(dims), constraints, base_dir, source)
+    if spec.grid_size > MAX_GRID_POINTS:
+        sizes = " × ".join(f"{len(d.rows)} ({'+'.join(d.paths)})" for d in dims)
+        raise InputError(
+            f"{source}: sweep: the grid has {spec.grid_size:,} points ({sizes}), above the limit "
+            f"of {MAX_GRID_POINTS:,}; split it into several sweeps or move axes together with zip"
+        )
+    return spec
 
 
 def load_sweep(path_or_dict: str | Path | Mapping[str, Any]) -> SweepSpec:

@@ -34,7 +34,14 @@ from simulator.sweep.runners import (
     run_local,
     run_ray,
 )
-from simulator.sweep.store import STORE_NAME, Record, ResultStore, write_atomic
+from simulator.sweep.store import (
+    STORE_NAME,
+    Record,
+    ResultStore,
+    StoreExistsError,
+    SweepBusyError,
+    write_atomic,
+)
 from simulator.sweep.table import Row, build_rows, columns_of, write_csv
 
 MANIFEST = "sweep.json"
@@ -120,6 +127,7 @@ def run_sweep(
     y: Axis = DEFAULT_Y,
     progress_stream: IO[str] | None = None,
     evaluate: Evaluate = evaluate_point,
+    skip_bad_rows: bool = False,
 ) -> SweepOutcome:
     """Run a sweep file into `out_dir` and write its outputs (module docstring)."""
     if backend not in ("local", "ray"):
@@ -132,8 +140,27 @@ def run_sweep(
         reasons = "; ".join(f"{n} {r}" for r, n in expansion.dropped.most_common(3))
         raise InputError(f"{spec.source}: no point left to run of {expansion.total} ({reasons})")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     workers = workers or _cpu_count()
+    try:
+        return _run_into(out, spec, expansion, backend, workers, resume, fresh, ray_address,
+                         prices or {}, x, y, progress_stream, evaluate, skip_bad_rows)
+    except (SweepBusyError, StoreExistsError):
+        raise
+    except OSError as exc:  # a full disk, a read-only folder: the stored points stay
+        what = exc.strerror or type(exc).__name__
+        where = f" {exc.filename}" if exc.filename else ""
+        raise InputError(
+            f"{out}: cannot write the sweep ({what}{':' if where else ''}{where}); every point "
+            f"finished so far is kept in {STORE_NAME}: fix that and rerun with --resume"
+        ) from None
+
+
+def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, workers: int,
+              resume: bool, fresh: bool, ray_address: str | None, prices: Mapping[str, float],
+              x: Axis, y: Axis, progress_stream: IO[str] | None, evaluate: Evaluate,
+              skip_bad_rows: bool) -> SweepOutcome:
+    """Run the points still to do into `out` under its lock, then write the outputs."""
+    out.mkdir(parents=True, exist_ok=True)
     with ResultStore(out / STORE_NAME, resume=resume, fresh=fresh) as store:
         notes = []
         if store.torn_bytes:
@@ -144,7 +171,7 @@ def run_sweep(
         finished = store.finished()
         todo = [p for p in expansion.points if p.key not in finished]
         write_point_files(out / "points", expansion.points)
-        tasks = [Task(p.key, p.values, p.scenario) for p in todo]
+        tasks = [Task(p.key, p.values, p.scenario, skip_bad_rows) for p in todo]
         progress = Progress(len(tasks), progress_stream)
         counts: Counter[str] = Counter()
 
@@ -161,10 +188,10 @@ def run_sweep(
         finally:
             progress.close()
         records = store.records()
-    outcome = SweepOutcome(out, expansion.total, len(expansion.points),
-                           len(expansion.points) - len(todo), len(tasks), counts["ok"],
-                           counts["error"], counts["dropped"], x=x, y=y, store_notes=notes)
-    finalize(out, spec, expansion, records, prices or {}, outcome)
+        outcome = SweepOutcome(out, expansion.total, len(expansion.points),
+                               len(expansion.points) - len(todo), len(tasks), counts["ok"],
+                               counts["error"], counts["dropped"], x=x, y=y, store_notes=notes)
+        finalize(out, spec, expansion, records, prices, outcome)  # still under the lock
     return outcome
 
 

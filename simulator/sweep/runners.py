@@ -33,6 +33,7 @@ class Task:
     key: str
     values: dict[str, Any]
     scenario: dict[str, Any]
+    skip_bad_rows: bool = False  # trace rows the engine cannot take: dropped and counted
 
 
 Evaluate = Callable[[Task], Record]
@@ -63,7 +64,8 @@ def evaluate_point(task: Task) -> Record:
     try:
         # The engine is built (and the deployment checked) once, inside simulate().
         scenario, _ = load_scenario_file(task.scenario)
-        result = simulator.simulate(LoadedScenario(scenario, None)).to_dict()
+        result = simulator.simulate(LoadedScenario(scenario, None),
+                                    skip_bad_rows=task.skip_bad_rows).to_dict()
     except REFUSALS as exc:  # the schema or the engine refuses the point
         return make_record(task.key, task.values, "dropped", reason=refusal_reason(exc),
                            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,

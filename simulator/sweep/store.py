@@ -5,10 +5,15 @@ full scenario. Each record is flushed and fsync'ed before the next point is take
 killed sweep loses at most the points in flight; a torn last line (the process died mid-write)
 is ignored and cut off when the store is reopened. `--resume` skips every key already stored
 (points that crashed are tried again). The last record of a key wins.
+
+One sweep at a time writes a folder: the store holds an exclusive `flock` on `DIR/sweep.lock`
+while it is open (the kernel releases it when the process dies, even by SIGKILL), and a second
+sweep on the same `--out` is refused with one line naming the holder's pid.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Iterable
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 STORE_NAME = "store.jsonl"
+LOCK_NAME = "sweep.lock"
 
 
 class Record(TypedDict):
@@ -46,6 +52,27 @@ class StoreExistsError(ValueError):
     """The output folder already holds a store and neither resume nor fresh was asked."""
 
 
+class SweepBusyError(ValueError):
+    """Another live process holds the folder's lock."""
+
+
+def _lock_folder(folder: Path) -> int:
+    """An exclusive, non-blocking lock on `folder/sweep.lock`; the descriptor holds it."""
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise SweepBusyError(
+            f"{folder}: another sweep (pid {holder}) is writing to this folder; wait for it "
+            f"to finish or choose another --out"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class ResultStore:
     """Append-only JSONL store; open it with `resume` to keep what a previous run finished."""
 
@@ -54,6 +81,15 @@ class ResultStore:
         self.torn_bytes = 0  # size of a torn last line that was cut off on opening
         self.bad_lines = 0  # undecodable complete lines (skipped)
         self._records: dict[str, Record] = {}
+        self._lock_fd = _lock_folder(path.parent)
+        try:
+            self._open(resume, fresh)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _open(self, resume: bool, fresh: bool) -> None:
+        path = self.path
         if path.exists() and path.stat().st_size > 0 and not (resume or fresh):
             raise StoreExistsError(
                 f"{path.parent} already holds a sweep ({path.name}); pass --resume to continue "
@@ -98,14 +134,19 @@ class ResultStore:
     def append(self, record: Record) -> None:
         """Write one record durably (flush + fsync) before returning."""
         line = json.dumps(record, allow_nan=True, separators=(",", ":")).encode() + b"\n"
-        self._fh.write(line)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(line)
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:  # e.g. ENOSPC: say which file could not be written
+            exc.filename = exc.filename or str(self.path)
+            raise
         self._records[record["key"]] = record
 
     def close(self) -> None:
         if not self._fh.closed:
             self._fh.close()
+            os.close(self._lock_fd)  # releases the folder's lock
 
     def __enter__(self) -> ResultStore:
         return self
