@@ -70,33 +70,33 @@ def _stored(out: Path) -> int:
 
 
 def test_sigkill_at_random_moments_then_resume_equals_an_uninterrupted_run(
-    reference: tuple[Path, bytes], tmp_path: Path
+    tmp_path: Path,
 ) -> None:
-    sweep_file, expected = reference
+    # Slow points (~0.3 s each: 3000 requests one or two at a time) and one worker, so a kill
+    # seen within milliseconds of the k-th stored point lands inside point k + 1.
+    data = small_sweep(num_requests=3000, output_tokens={"kind": "fixed", "value": 64})
+    data["sweep"]["workload.arrival.concurrency"] = [1, 2]
+    sweep_file = write_sweep(tmp_path / "slow.yaml", data)
+    run_sweep(sweep_file, tmp_path / "ref", workers=2)
+    expected = (tmp_path / "ref" / "results.csv").read_bytes()
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "simulator", "sweep", str(sweep_file), "--out", str(out),
-           "--workers", "2", "--no-report"]
+           "--workers", "1", "--no-report"]
     rng = random.Random(17)  # seeded: the same kill moments on every run
-    kills = 0
-    for attempt in range(4):
+    for attempt in range(2):
         proc = subprocess.Popen([*cmd, *(["--resume"] if attempt else [])], cwd=REPO, env=ENV,
                                 start_new_session=True, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        # kill once the store has grown by a random number of points, after a random delay
-        target = _stored(out) + rng.randint(1, 3)
+        target = _stored(out) + rng.randint(1, 3)  # kill once this many points are stored,
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None and _stored(out) < target:
             time.sleep(0.002)
-        time.sleep(rng.uniform(0.0, 0.01))
-        if proc.poll() is not None:
-            break  # finished before this kill: nothing left to interrupt
+        time.sleep(rng.uniform(0.0, 0.01))  # plus a few random milliseconds
+        assert proc.poll() is None, "the sweep finished before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)  # the parent and its worker processes
         proc.wait()
-        kills += 1
-        if _stored(out) >= POINTS - 1:
-            break
-    assert kills >= 1
-    assert _stored(out) < POINTS or kills > 1  # some kill landed before the last point
+        assert target <= _stored(out) < POINTS  # it died mid-sweep, keeping what it stored
+    assert not (out / "results.csv").exists()
     done = subprocess.run([*cmd, "--resume"], cwd=REPO, env=ENV, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
