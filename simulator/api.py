@@ -146,7 +146,9 @@ def simulate(
     gaps = np.asarray(out.resume_gaps_s, dtype=np.float64)
     itl_values = np.concatenate([dur, gaps])
     itl_weights = np.concatenate([weights, np.ones_like(gaps)])
-    summary = summarize(out.records, itl_values, itl_weights, s.num_gpus, slo)
+    summary = summarize(
+        out.records, itl_values, itl_weights, s.num_gpus, slo, engine.style.front_end
+    )
     # Share of simulated time the replicas ran engine steps (energy per token uses it).
     span_s = out.end_s * len(out.busy_s)
     summary["gpu_busy_fraction"] = min(1.0, sum(out.busy_s) / span_s) if span_s > 0 else 0.0

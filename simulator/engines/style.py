@@ -1,4 +1,5 @@
-"""Software style of a serving engine (vLLM, SGLang, TensorRT-LLM): host-side cost per step.
+"""Software style of a serving engine (vLLM, SGLang, TensorRT-LLM): host-side cost per step
+and per request (the API front end a client measures through).
 
 Real engines spend CPU time every step (scheduling, input preparation, output processing).
 Engines that overlap it with the GPU's previous step expose only the part that is longer than
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
+import numpy.typing as npt
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -34,7 +37,31 @@ class _StyleFile(BaseModel):
     # What gpu_memory_utilization is a fraction of: all HBM (vLLM, SGLang), or the memory
     # left free after weights and activations (TensorRT-LLM's free_gpu_memory_fraction).
     memory_fraction_of: Literal["total", "free"] = "total"
+    # Client-side costs outside engine steps, on the path a `vllm bench serve` client times:
+    # the API server parsing the request and handing it to the engine process, tokenizing the
+    # prompt, and detokenizing and streaming the first chunk back. None = unknown (charged 0).
+    request_ingest_us: Annotated[float, Field(ge=0)] | None = None
+    tokenize_per_input_token_us: Annotated[float, Field(ge=0)] | None = None
+    first_chunk_emit_us: Annotated[float, Field(ge=0)] | None = None
     source: str
+
+
+@dataclass(frozen=True, slots=True)
+class FrontEnd:
+    """Per-request time the client sees outside engine steps (API server, tokenizer)."""
+
+    ingest_s: float = 0.0
+    per_input_token_s: float = 0.0
+    first_chunk_s: float = 0.0
+
+    def client_offset_s(self, input_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """Time added to engine-side TTFT (and end-to-end latency) per request: ingest and
+        tokenization before the engine sees it, the first chunk's emit after."""
+        offset = np.asarray(
+            self.ingest_s + self.first_chunk_s + self.per_input_token_s * input_tokens,
+            dtype=np.float64,
+        )
+        return offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +72,7 @@ class EngineStyle:
     overlap_cpu_with_gpu: bool
     kv_admission: str = "on_demand"
     memory_fraction_of: str = "total"
+    front_end: FrontEnd = FrontEnd()
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -81,5 +109,10 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
             f.overlap_cpu_with_gpu,
             f.kv_admission,
             f.memory_fraction_of,
+            FrontEnd(
+                (f.request_ingest_us or 0.0) * 1e-6,
+                (f.tokenize_per_input_token_us or 0.0) * 1e-6,
+                (f.first_chunk_emit_us or 0.0) * 1e-6,
+            ),
         )
     return styles

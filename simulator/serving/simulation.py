@@ -189,6 +189,7 @@ def _build_engine(
             style.overlap_cpu_with_gpu,
             style.kv_admission,
             style.memory_fraction_of,
+            style.front_end,
         )
     cfg = SchedulerConfig(
         s.max_num_seqs,
