@@ -207,8 +207,12 @@ def test_timeline_single_request() -> None:
     assert rec["first_token_s"] == approx(t1)
     assert rec["finish_s"] == approx(t3)
     d = res.to_dict()
-    assert d["ttft_s"]["p50"] == approx(t1)
-    assert d["e2e_s"]["p50"] == approx(t3)
+    # The client sees the engine times plus the style's front end: 100 prompt tokens
+    # tokenized at 10 us each and 12.5 us to emit the first chunk (engine_styles.yaml, vllm).
+    front = 100 * 10e-6 + 12.5e-6
+    assert d["ttft_engine_s"]["p50"] == approx(t1)
+    assert d["ttft_s"]["p50"] == approx(t1 + front)
+    assert d["e2e_s"]["p50"] == approx(t3 + front)
     assert d["tpot_s"]["mean"] == approx((t3 - t1) / 2)
     assert d["queue_s"]["mean"] == 0.0
     assert d["output_tokens_per_s"] == approx(3 / t3)
@@ -835,3 +839,28 @@ def test_token_times_reconstruct_every_token(chunked: bool) -> None:
         assert len(t) == recs["output_tokens"][i]
         assert t[0] == recs["first_token_s"][i] and t[-1] == recs["finish_s"][i]
         assert np.all(np.diff(t) >= 0)
+
+
+def test_timeline_sglang_runs_prefill_apart_from_decode(tmp_path: Path) -> None:
+    """SGLang style (mix_prefill_decode false): with chunked prefill on, b's 2000-token prompt
+    runs as two prefill-only chunks of the 1024-token budget (1024 at offset 0, 976 at 1024)
+    while the decoding a waits; vLLM style would have put a's decode beside each chunk."""
+    sc = make(
+        deployment={"engine": "sglang", "scheduler": {"max_num_batched_tokens": 1024}},
+        **trace_workload(tmp_path, [(0.0, 100, 1000), (2.0, 2000, 3)]),
+    )
+    T = step_timer(sc)
+    t = T(prefill(100))
+    a_gen, a_ctx = 1, 100
+    while t < 2.0:
+        t += T(decode(1, a_ctx))
+        a_ctx, a_gen = a_ctx + 1, a_gen + 1
+    t += T(prefill(1024, 0, sampled=False)) + T(prefill(976, 1024))  # a gets no token
+    b_first = t
+    res = simulator.simulate(sc, timeseries=True, check=Recorder())
+    b = res.requests[1]
+    assert b["first_token_s"] == approx(b_first)
+    assert res.timeseries is not None
+    steps = res.timeseries[:, 3:5].tolist()  # (decode_seqs, prefill_tokens) per step
+    assert [0, 1024] in steps and [0, 976] in steps
+    assert all(d == 0 or p == 0 for d, p in steps)  # never mixed

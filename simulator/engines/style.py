@@ -37,6 +37,8 @@ class _StyleFile(BaseModel):
     # What gpu_memory_utilization is a fraction of: all HBM (vLLM, SGLang), or the memory
     # left free after weights and activations (TensorRT-LLM's free_gpu_memory_fraction).
     memory_fraction_of: Literal["total", "free"] = "total"
+    # Whether one step may carry prefill chunks beside the decode batch (see SchedulerConfig).
+    mix_prefill_decode: bool = True
     # Client-side costs outside engine steps, on the path a `vllm bench serve` client times:
     # the API server parsing the request and handing it to the engine process, tokenizing the
     # prompt, and detokenizing and streaming the first chunk back. None = unknown (charged 0).
@@ -73,6 +75,7 @@ class EngineStyle:
     kv_admission: str = "on_demand"
     memory_fraction_of: str = "total"
     front_end: FrontEnd = FrontEnd()
+    mix_prefill_decode: bool = True
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -114,5 +117,6 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
                 (f.tokenize_per_input_token_us or 0.0) * 1e-6,
                 (f.first_chunk_emit_us or 0.0) * 1e-6,
             ),
+            f.mix_prefill_decode,
         )
     return styles

@@ -36,6 +36,10 @@ class SchedulerConfig:
     block_size: int
     num_blocks: int
     reserve_full: bool = False  # admit only with blocks for prompt + every output reserved
+    # False: a step carries prefill chunks or decodes, never both; prefill goes first whenever
+    # a chunk can run (SGLang's default, no --enable-mixed-chunk). True: chunks ride along with
+    # the decode batch (vLLM, TensorRT-LLM). Without chunked prefill steps never mix.
+    mix_prefill_decode: bool = True
     speculative: SpecDecoding | None = None  # draft-and-verify decoding (serving/speculative)
 
 
@@ -195,7 +199,9 @@ class Scheduler:
         budget = cfg.max_num_batched_tokens
         preempted = False
         # Decodes first: each needs one token and, on a block boundary, one more block.
-        if self._spec is not None and not (not cfg.chunked_prefill and self._can_admit_prefill()):
+        separate = not (cfg.chunked_prefill and cfg.mix_prefill_decode)
+        decodes = not (separate and (bool(self.prefilling) or self._can_admit_prefill()))
+        if self._spec is not None and decodes:
             self._spec_policy()
             need = self._spec.need(self.step)
             while need > self.free_blocks and self.running:
@@ -205,7 +211,7 @@ class Scheduler:
             decode_seqs = self.num_decoding
             self.free_blocks -= need
             self._spec_reserved = self.step
-        elif not (not cfg.chunked_prefill and self._can_admit_prefill()):
+        elif decodes:
             need = self._phase[self.step % cfg.block_size]
             while need > self.free_blocks and self.running:
                 self._preempt_newest(now_s)
@@ -215,7 +221,7 @@ class Scheduler:
             self.free_blocks -= need
             self._reserved_phase = self.step % cfg.block_size
         else:
-            decode_seqs = 0  # a prefill-only step (chunked prefill off)
+            decode_seqs = 0  # a prefill-only step (chunked prefill off, or no mixing)
         budget -= decode_seqs * (1 + self.drafts_per_seq)  # a verify feeds k+1 tokens a seq
         chunks: list[tuple[Request, int]] = []
         # Prompts already running continue with their next chunk.

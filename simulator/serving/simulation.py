@@ -190,6 +190,7 @@ def _build_engine(
             style.kv_admission,
             style.memory_fraction_of,
             style.front_end,
+            style.mix_prefill_decode,
         )
     cfg = SchedulerConfig(
         s.max_num_seqs,
@@ -199,6 +200,7 @@ def _build_engine(
         s.block_size,
         num_blocks,
         style.kv_admission == "reserve_full",
+        style.mix_prefill_decode,
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
 
