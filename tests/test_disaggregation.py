@@ -16,7 +16,7 @@ from simulator.errors import InputError
 from simulator.report.pool_report import best_ratio_lines
 from simulator.report.sweep_report import write_sweep_report
 from simulator.serving.pool_stats import suggest_prefill_replicas
-from simulator.sweep import run_sweep
+from simulator.sweep import expand, load_sweep, run_sweep
 from simulator.sweep.table import read_csv
 from tests.sweep_helpers import REPO
 from tests.test_serving import decode, make, prefill, step_timer
@@ -312,3 +312,37 @@ def test_max_rate_at_attainment_brackets_the_slo_edge() -> None:
     rate = max_rate_at_attainment(scenario, 0.9, 0.1, 40.0)
     assert attainment_at(scenario, rate) >= 0.9
     assert attainment_at(scenario, rate + 4 * 40.0 / 2**BISECTION_STEPS) < 0.9
+
+
+def test_sweeps_vary_each_pools_layout_under_a_gpu_bound() -> None:
+    """Prefill tp 1|2 x decode tp 1|2 x prefill replicas 1|2 (decode 1): GPUs = p_rep x p_tp +
+    d_tp, so the bound <= 4 keeps 1x1+1, 1x1+2, 1x2+1, 1x2+2, 2x1+1, 2x1+2 (6 of 8; 2x2+1 = 5
+    and 2x2+2 = 6 are dropped)."""
+    data = {
+        "model": "llama-3.1-8b",
+        "hardware": {"gpu": "h100-sxm", "gpus_per_node": 8},
+        "deployment": {"kind": "disaggregated"},
+        "workload": {
+            "arrival": {"kind": "offline"},
+            "input_tokens": {"kind": "fixed", "value": 100},
+            "output_tokens": {"kind": "fixed", "value": 4},
+            "num_requests": 4,
+        },
+        "sweep": {
+            "deployment.prefill.tensor_parallel": [1, 2],
+            "deployment.decode.tensor_parallel": [1, 2],
+            "deployment.prefill.replicas": [1, 2],
+        },
+        "constraints": [
+            "deployment.prefill.replicas * deployment.prefill.tensor_parallel"
+            " + deployment.decode.replicas * deployment.decode.tensor_parallel <= 4"
+        ],
+    }
+    exp = expand(load_sweep(data))
+    assert exp.total == 8 and len(exp.points) == 6
+    for p in exp.points:
+        d = p.scenario["deployment"]
+        gpus = d["prefill"]["replicas"] * d["prefill"]["tensor_parallel"] + d["decode"][
+            "tensor_parallel"
+        ]
+        assert gpus <= 4
