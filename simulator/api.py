@@ -161,6 +161,8 @@ def simulate(
         summary["speculative"] = out.speculative
     if out.attention_dp_imbalance_share is not None:
         summary["attention_dp_imbalance_share"] = out.attention_dp_imbalance_share
+    if out.pipeline is not None:
+        summary["pipeline"] = out.pipeline
     warnings.extend(out.warnings)
     if out.status != "completed":
         warnings.append(

@@ -57,3 +57,20 @@ def p2p_time_s(nbytes: float, crosses_domain: bool, hw: Hardware) -> float:
     if crosses_domain:
         return hw.scale_out_latency_s + nbytes / (hw.scale_out_bytes_per_s * hw.scale_out_fraction)
     return hw.allreduce_latency_s + nbytes / hw.scale_up_bytes_per_s
+
+
+def stage_boundary_crosses(stage: int, stage_gpus: int, hw: Hardware) -> bool:
+    """Does the send from pipeline stage `stage` to the next leave the NVLink domain? Stages
+    fill GPUs in order, `stage_gpus` each, domains hold `scale_up_domain_size` GPUs."""
+    last = (stage + 1) * stage_gpus - 1
+    domain = hw.scale_up_domain_size
+    return last // domain != (last + 1) // domain
+
+
+def pipeline_hop_times_s(nbytes: float, stages: int, stage_gpus: int, hw: Hardware) -> list[float]:
+    """Send/recv time of `nbytes` activations across each of the stages - 1 stage boundaries:
+    NVLink inside a domain, the scale-out NIC where a boundary falls between nodes."""
+    return [
+        p2p_time_s(nbytes, stage_boundary_crosses(s, stage_gpus, hw), hw)
+        for s in range(stages - 1)
+    ]

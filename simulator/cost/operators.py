@@ -9,7 +9,12 @@ from __future__ import annotations
 import math
 
 from simulator.cost.attention import attention_dims, windowed
-from simulator.cost.comm import allgather_time_s, allreduce_time_s, alltoall_time_s, p2p_time_s
+from simulator.cost.comm import (
+    allgather_time_s,
+    allreduce_time_s,
+    alltoall_time_s,
+    pipeline_hop_times_s,
+)
 from simulator.cost.kernels import Kernels
 from simulator.cost.layout import kv_heads_per_gpu as _kv_heads_per_gpu
 from simulator.cost.ops import OpCost, roofline
@@ -110,11 +115,9 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
 
     ops.extend(ffn_ops(k, tokens))
     if lay.pipeline_parallel > 1:
-        crosses = lay.gpus > k.hw.scale_up_domain_size
-        t = (lay.pipeline_parallel - 1) * p2p_time_s(ma * h * BF16_BYTES, crosses, k.hw)
-        ops.append(
-            k.comm("pp_send_recv", t, (lay.pipeline_parallel - 1) * ma * h * BF16_BYTES)
-        )
+        pp, nbytes = lay.pipeline_parallel, ma * h * BF16_BYTES
+        t = sum(pipeline_hop_times_s(nbytes, pp, lay.gpus // pp, k.hw))
+        ops.append(k.comm("pp_send_recv", t, (pp - 1) * nbytes))
     return ops
 
 

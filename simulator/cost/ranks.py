@@ -42,7 +42,7 @@ def rank_time_s(model: StepModel, b: BatchShape, step_tokens: int) -> float:
         ops = operators.rank_ops(model, b.tokens, step_tokens)
         ops += operators.head_ops(model, b.sampled_rows)
         t = cache[key] = sum(o.time_s for o in ops)
-    return t + sum(o.time_s for o in operators.attention_ops(model, model._attn_consts, b, 1))
+    return t + model._attention_time_s(b, 1)
 
 
 def ranked_step(model: StepModel, batches: Sequence[BatchShape]) -> RankedStep:

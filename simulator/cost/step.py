@@ -56,12 +56,13 @@ class StepModel(Kernels):
         """Attention rows: compute at the attention kernels' rate, KV at their bandwidth."""
         return operators.attention_ops(self, self._attn_consts, b)
 
-    def _attention_time_s(self, b: BatchShape) -> float:
-        """sum(op.time_s for op in attention_ops(b)) without building rows (the hot path)."""
+    def _attention_time_s(self, b: BatchShape, ranks: int | None = None) -> float:
+        """sum(op.time_s for op in attention_ops(b)) without building rows (the hot path);
+        `ranks`: split `b` over that many attention-DP ranks (default: the layout's)."""
         consts = self._attn_consts
         rate, bw, layers = consts[4], consts[5], consts[8]
         prefill_fixed, decode_fixed = attention_fixed_s(self)
-        prefill, decode = attention_terms(self, consts, b)
+        prefill, decode = attention_terms(self, consts, b, ranks)
         t = 0.0
         if prefill is not None:
             t += max(prefill[0] / rate, prefill[1] / bw) + layers * prefill_fixed

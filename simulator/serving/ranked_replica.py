@@ -39,6 +39,7 @@ class Rank:
         self.finished = 0
         self.stalled: list[list[float]] = []
         self.decode_end_s = array("d")
+        self.wakeup: simpy.Event | None = None  # a pipelined slot's own idle wait
 
     @property
     def outstanding_requests(self) -> int:
@@ -105,6 +106,9 @@ class RankedReplica(Replica):
         rank.assigned += 1
         r.replica = rank.index
         rank.sched.add(r)
+        self._wake(rank)
+
+    def _wake(self, rank: Rank) -> None:
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 

@@ -18,6 +18,7 @@ from simulator.engines.style import EngineStyle
 from simulator.errors import InputError
 from simulator.inputs.deployment import AggregatedDeployment, MoeRouting, WorkerPool
 from simulator.model.architecture import Architecture
+from simulator.serving.pipelined_replica import PipelinedReplica
 from simulator.serving.ranked_replica import RankedReplica
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
@@ -29,6 +30,12 @@ def attention_dp_ranks(pool: AggregatedDeployment | WorkerPool, arch: Architectu
     """Attention-DP ranks inside one engine. A dense model has no layer that joins the ranks,
     so its attention-DP ranks are independent replicas (`replicas_per_engine`)."""
     return pool.attention_data_parallel if arch.moe is not None else 1
+
+
+def microbatch_slots(layout: ParallelLayout) -> int:
+    """Micro-batches a replica keeps in flight: one per pipeline stage (attention-DP engines
+    step their ranks in lockstep through the stages, one batch at a time)."""
+    return layout.pipeline_parallel if layout.attention_data_parallel == 1 else 1
 
 
 def replicas_per_engine(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> int:
@@ -114,23 +121,49 @@ def make_replicas(
     target = model if isinstance(model, StepModel) else model.target
     ranks = target.layout.attention_data_parallel
     count = dep.replicas * replicas_per_engine(dep, arch)
+    slots = microbatch_slots(target.layout)
+    if (ranks > 1 or slots > 1) and not isinstance(model, StepModel):
+        raise InputError(
+            "deployment.speculative: speculative decoding with attention-DP ranks or pipeline "
+            "micro-batches is not simulated yet; remove speculative or use a TP-only layout"
+        )
     if ranks > 1:
-        if not isinstance(model, StepModel):
-            raise InputError(
-                "deployment.speculative: speculative decoding inside attention-DP ranks is not "
-                "simulated yet; remove speculative or set attention_data_parallel: 1"
-            )
         router = ROUTERS[dep.attention_dp_router]
         return [
-            RankedReplica(env, i, cfg, model, style, finish, log, ranks, router, check)
+            RankedReplica(env, i, cfg, target, style, finish, log, ranks, router, check)
+            for i in range(count)
+        ]
+    if slots > 1:
+        return [
+            PipelinedReplica(env, i, cfg, target, style, finish, log, check)
             for i in range(count)
         ]
     return [Replica(env, i, cfg, model, style, finish, log, check) for i in range(count)]
 
 
+def pipeline_summary(replicas: Sequence[Replica]) -> dict[str, Any] | None:
+    """The result's `pipeline` block: layers and busy share per stage, and the bubble share
+    (stage idle time while the replica had a micro-batch in some stage)."""
+    piped = [r for r in replicas if isinstance(r, PipelinedReplica)]
+    if not piped:
+        return None
+    stats = [r.pipeline_stats() for r in piped]
+    stages = stats[0]["stages"]
+    busy = [sum(s["stage_busy_s"][i] for s in stats) for i in range(stages)]
+    span = sum(r.active_span_s for r in piped)
+    return {
+        "stages": stages,
+        "layers_per_stage": stats[0]["layers_per_stage"],
+        "stage_busy_fraction": [b / span if span > 0 else 0.0 for b in busy],
+        "bubble_share": max(0.0, 1.0 - sum(busy) / (stages * span)) if span > 0 else 0.0,
+    }
+
+
 def imbalance_share(replicas: Sequence[Replica]) -> float | None:
     """Share of attention-DP step time spent waiting for the slowest rank (None: no ranks)."""
-    ranked = [r for r in replicas if isinstance(r, RankedReplica)]
+    ranked = [
+        r for r in replicas if isinstance(r, RankedReplica) and not isinstance(r, PipelinedReplica)
+    ]
     if not ranked:
         return None
     busy = sum(r.busy_s for r in ranked)

@@ -33,6 +33,8 @@ from simulator.serving.ranks_setup import (
     expert_slots,
     imbalance_share,
     make_replicas,
+    microbatch_slots,
+    pipeline_summary,
 )
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
@@ -101,6 +103,7 @@ class RunOutput:
     # Speculative runs: per request, the tokens it emitted at each of its decode steps.
     spec_emitted: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
     attention_dp_imbalance_share: float | None = None  # attention-DP runs: waits for the slowest
+    pipeline: dict[str, Any] | None = None  # pipeline-parallel runs: stages and bubbles
 
 
 def _resolve_model(name: str, base_dir: Path | None) -> str:
@@ -174,7 +177,9 @@ def _build_engine(
     )
     require_fit(arch, hw, layout, formats, budget)
     # Each attention-DP rank has its own KV pool: the replica's capacity split evenly.
-    num_blocks = budget.kv_capacity_tokens // layout.attention_data_parallel // s.block_size
+    # Each attention-DP rank, or pipeline micro-batch slot, has its own share of the KV pool.
+    shares = layout.attention_data_parallel * microbatch_slots(layout)
+    num_blocks = budget.kv_capacity_tokens // shares // s.block_size
     if num_blocks < 1:
         raise InputError(
             f"deployment: the KV cache holds {budget.kv_capacity_tokens} tokens, less than one "
@@ -448,6 +453,7 @@ def run(
             np.frombuffer(clock, dtype=np.float64) for rep in decoders for clock in rep.clocks()
         ],
         attention_dp_imbalance_share=imbalance_share(replicas),
+        pipeline=pipeline_summary(replicas),
         token_history=token_history,
         end_s=float(env.now),
         pools=pools,
