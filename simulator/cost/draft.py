@@ -81,6 +81,7 @@ class SpeculativeStepModel:
     target: StepModel
     method: str
     drafter: StepModel | None  # None: n-gram drafting (no GPU work)
+    block_tokens: int = 0  # dflash/dspark: the block drafted in one pass (0: the verified k)
     _draft_cache: dict[tuple[int, int, int], float] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -92,9 +93,11 @@ class SpeculativeStepModel:
             return []
         ctx = b.decode_context_tokens
         if self.method in PARALLEL:
-            # One pass over the block: k query positions per sequence (k-1 beyond the first).
+            # One pass over the whole block, whatever length is verified (DSpark verifies a
+            # confidence-chosen prefix): block query positions per sequence.
+            block = self.block_tokens or k
             return [BatchShape(decode_seqs=n, decode_context_tokens=ctx,
-                               speculative_tokens_per_seq=k - 1)]
+                               speculative_tokens_per_seq=block - 1)]
         # Sequential: pass j drafts token j, one position further along each context.
         return [BatchShape(decode_seqs=n, decode_context_tokens=ctx + j * n) for j in range(k)]
 

@@ -336,4 +336,5 @@ def _speculative_blocks(r: Request, step: int, bs: int, decoding_now: bool) -> i
     kv = r.kv_tokens_at(step)
     if not decoding_now:
         return -(-kv // bs)
-    return max(-(-(kv + 1 + r.spec_k) // bs), -(-r.kv_tokens_at(step + 1) // bs))
+    drafts = int(r.spec_drafts[step - r.decode_start_step])
+    return max(-(-(kv + 1 + drafts) // bs), -(-r.kv_tokens_at(step + 1) // bs))

@@ -39,7 +39,7 @@ class Request:
         "scheduled_s",
         "spec_cum",
         "spec_done",
-        "spec_k",
+        "spec_drafts",
         "target",
     )
 
@@ -73,7 +73,7 @@ class Request:
         # Speculative decoding: tokens emitted before each of its verify steps since it began
         # to decode (cumulative, starting at 0), and the drafts it verified per step.
         self.spec_cum: Any = None
-        self.spec_k = 0
+        self.spec_drafts: Any = None  # drafts it verifies at each of its steps
         self.spec_done: list[Any] | None = None  # tokens emitted per step of past decode runs
 
     def kv_tokens_at(self, step: int) -> int:

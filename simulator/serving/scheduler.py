@@ -222,7 +222,7 @@ class Scheduler:
             self._reserved_phase = self.step % cfg.block_size
         else:
             decode_seqs = 0  # a prefill-only step (chunked prefill off, or no mixing)
-        budget -= decode_seqs * (1 + self.drafts_per_seq)  # a verify feeds k+1 tokens a seq
+        budget -= decode_seqs * (1 + self._drafts_per_seq(decode_seqs))  # verify feeds drafts
         chunks: list[tuple[Request, int]] = []
         # Prompts already running continue with their next chunk.
         for r in list(self.prefilling):
@@ -245,7 +245,9 @@ class Scheduler:
         if decode_seqs and decode_seqs != self.num_decoding:
             # Preempting for a prefill chunk removed decoders after their blocks were counted.
             decode_seqs = self.num_decoding
-            budget = cfg.max_num_batched_tokens - decode_seqs * (1 + self.drafts_per_seq)
+            budget = cfg.max_num_batched_tokens - decode_seqs * (
+                1 + self._drafts_per_seq(decode_seqs)
+            )
             budget -= sum(c for _, c in chunks)
         # Admit waiting requests, unless this step had to preempt (vLLM v1 does the same).
         if not preempted:
@@ -314,13 +316,15 @@ class Scheduler:
             prefill_sampled_seqs=sampled,
             decode_seqs=decode_seqs,
             decode_context_tokens=self.decode_kv_sum if decode_seqs else 0,
-            speculative_tokens_per_seq=self.drafts_per_seq if decode_seqs else 0,
+            speculative_tokens_per_seq=self._drafts_per_seq(decode_seqs),
         )
 
-    @property
-    def drafts_per_seq(self) -> int:
-        """Draft tokens each decoder verifies in the next step (0: plain decode)."""
-        return self.spec.k if self.spec is not None and self.spec_on else 0
+    def _drafts_per_seq(self, decode_seqs: int) -> int:
+        """Draft tokens each decoder verifies this step: k, or under confidence scheduling the
+        decoders' mean, rounded up (the batch shape has one count per sequence)."""
+        if self._spec is None or not decode_seqs:
+            return 0
+        return -(-int(self._spec.drafts[self.step]) // decode_seqs)
 
     def commit(self, planned: PlannedStep, end_s: float) -> list[Request]:
         """Apply the step's results at `end_s`; return the requests that finished."""
@@ -411,7 +415,7 @@ class Scheduler:
         cum = np.zeros(e.size + 1, dtype=np.int64)
         np.cumsum(e, out=cum[1:])
         r.spec_cum = cum
-        r.spec_k = spec.k if on else 0
+        r.spec_drafts = spec.drafts_verified(e, on)
         if not self.cfg.reserve_full:
             r.blocks = 0  # implicit from now on: blocks_for(kv) at each step
         sched.add(r, 1, start_step)

@@ -73,6 +73,7 @@ class SpeculativeEngine:
             off_above,
             crossover_batch=cross,
             crossover_context_tokens=context,
+            confidence_scheduled=self.config.method == "dspark",
         )
 
 
@@ -107,7 +108,7 @@ def build_speculative(
         cfg,
         kind or DEFAULT_KIND,
         rates,
-        SpeculativeStepModel(target, cfg.method, drafter),
+        SpeculativeStepModel(target, cfg.method, drafter, cfg.num_speculative_tokens),
         draft_w,
         draft_kv,
         tokens,

@@ -46,10 +46,24 @@ class SpecDecoding:
     off_above_batch: int | None = None  # policy auto: no drafts while more decoders than this
     crossover_batch: int | None = None  # smallest batch where drafting stops paying (None: never)
     crossover_context_tokens: float = 0.0  # the per-sequence context it was judged at
+    # DSpark: the verify length follows the drafter's confidence, a variable k per sequence
+    # and step (see `drafts_verified`); every other method verifies all k drafts.
+    confidence_scheduled: bool = False
 
     @property
     def mean_emitted(self) -> float:
         return sum((j + 1) * p for j, p in enumerate(emission_pmf(self.rates)))
+
+    def drafts_verified(self, emitted: IntArray, k_on: bool) -> IntArray:
+        """Drafts each step verifies. Fixed k, or under confidence scheduling the prefix up to
+        and including the first rejected draft: min(k, emitted). That takes the confidence
+        head as exact, the bound on what scheduling saves (the DSpark paper reports no
+        miscalibration figure to model one with)."""
+        if not k_on:
+            return np.zeros_like(emitted)
+        if self.confidence_scheduled:
+            return np.minimum(emitted, self.k)
+        return np.full_like(emitted, self.k)
 
     def draw(self, request: int, epoch: int, remaining: int, k_on: bool) -> IntArray:
         """Tokens emitted at each of a request's verify steps until `remaining` are out (the
@@ -83,13 +97,14 @@ class SpecSchedule:
         self.emit = np.zeros(1024, dtype=np.int64)
         self.grow = np.zeros(1024, dtype=np.int64)
         self.extra = np.zeros(1024, dtype=np.int64)
+        self.drafts = np.zeros(1024, dtype=np.int64)  # drafts all decoders verify, per step
 
     def _ensure(self, end: int) -> None:
         size = self.emit.size
         if end <= size:
             return
         new = max(end, 2 * size)
-        for name in ("emit", "grow", "extra"):
+        for name in ("emit", "grow", "extra", "drafts"):
             old = getattr(self, name)
             arr = np.zeros(new, dtype=np.int64)
             arr[:size] = old
@@ -104,7 +119,7 @@ class SpecSchedule:
         after = r.decode_start_kv + cum[1:]
         held = -(-before // bs)
         grow = -(-after // bs) - held
-        verify = -(-(before + 1 + r.spec_k) // bs)  # KV written by the verify pass
+        verify = -(-(before + 1 + r.spec_drafts) // bs)  # KV written by the verify pass
         extra = np.maximum(verify - -(-after // bs), 0)
         if self.reserve_full:
             grow, extra = grow * 0, extra * 0
@@ -122,6 +137,7 @@ class SpecSchedule:
         self.emit[sl] += sign * e[skip:]
         self.grow[sl] += sign * g[skip:]
         self.extra[sl] += sign * x[skip:]
+        self.drafts[sl] += sign * r.spec_drafts[skip:]
 
     def row_at(self, r: Request, step: int) -> tuple[int, int]:
         """(new, transient) blocks r needs at global `step` (0, 0 outside its steps)."""
