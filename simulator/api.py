@@ -156,7 +156,9 @@ def simulate(
         gpu_span_s = out.end_s * s.num_gpus
         busy = out.pools.gpu_busy_s() / gpu_span_s if gpu_span_s > 0 else 0.0
         summary["gpu_busy_fraction"] = min(1.0, busy)
-        summary["disaggregation"] = pool_summary(out.pools, out.records, out.end_s, slo)
+        summary["disaggregation"] = pool_summary(
+            out.pools, out.records, out.end_s, slo, engine.style.front_end
+        )
     if out.speculative is not None:
         summary["speculative"] = out.speculative
     if out.attention_dp_imbalance_share is not None:
