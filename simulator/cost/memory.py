@@ -78,9 +78,13 @@ def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: F
     pp = layout.pipeline_parallel
     share = layers_per_stage(arch, pp) / arch.num_layers
     dense_p, moe_p = ffn_weight_params_per_gpu(arch, layout)
-    linear = arch.num_layers * attention_weight_params_per_gpu(arch, layout.tensor_parallel)
-    linear += arch.num_dense_mlp_layers * dense_p + arch.num_moe_layers * moe_p
-    bf16_params = arch.num_moe_layers * arch.router_params_per_layer + arch.norm_params
+    attn = arch.num_layers * attention_weight_params_per_gpu(arch, layout.tensor_parallel)
+    linear = arch.num_dense_mlp_layers * dense_p + arch.num_moe_layers * moe_p
+    bf16_params: float = arch.num_moe_layers * arch.router_params_per_layer + arch.norm_params
+    if arch.bf16_attention:  # the checkpoint keeps attention in BF16 (modules_to_not_convert)
+        bf16_params += attn
+    else:
+        linear += attn
     linear_bytes = share * (linear * wb + bf16_params * BF16_BYTES)
     # Vocab-parallel embedding and LM head over TP; with PP they sit on the first/last stage.
     embed = arch.embedding_params / layout.tensor_parallel

@@ -44,24 +44,25 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
     a, tp = k.arch, k.layout.tensor_parallel
     h, L = a.hidden_size, a.num_layers
     ma = rank_tokens
+    bf16_attn = a.bf16_attention  # checkpoint keeps attention BF16 (modules_to_not_convert)
     ops: list[OpCost] = []
     if ma > 0:
         ops.append(k.elementwise("embedding", ma * h * BF16_BYTES, 1))
         if a.mla is None:
             qkv_n = (a.num_attention_heads // tp + 2 * _kv_heads_per_gpu(a, tp)) * a.head_dim
-            ops.append(k.gemm("qkv_proj", ma, qkv_n, h, L))
+            ops.append(k.gemm("qkv_proj", ma, qkv_n, h, L, bf16=bf16_attn))
             o_k = a.num_attention_heads // tp * a.head_dim
         else:
             m, heads = a.mla, a.num_attention_heads // tp
             down_n = m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
-            ops.append(k.gemm("mla_down_proj", ma, down_n, h, L))
+            ops.append(k.gemm("mla_down_proj", ma, down_n, h, L, bf16=bf16_attn))
             q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
             q_n = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
-            ops.append(k.gemm("mla_q_up_proj", ma, q_n, q_in, L))
+            ops.append(k.gemm("mla_q_up_proj", ma, q_n, q_in, L, bf16=bf16_attn))
             kv_n = heads * (m.qk_nope_head_dim + m.v_head_dim)
-            ops.append(k.gemm("mla_kv_up_proj", ma, kv_n, m.kv_lora_rank, L))
+            ops.append(k.gemm("mla_kv_up_proj", ma, kv_n, m.kv_lora_rank, L, bf16=bf16_attn))
             o_k = heads * m.v_head_dim
-        ops.append(k.gemm("o_proj", ma, h, o_k, L))
+        ops.append(k.gemm("o_proj", ma, h, o_k, L, bf16=bf16_attn))
     i_loc = a.intermediate_size / k.layout.mlp_group
     norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
     # RoPE rotates this rank's queries and keys in place (read + write each).

@@ -59,6 +59,9 @@ class Architecture:
     mla: MLASpec | None
     attention_sinks: bool = False  # gpt-oss learned per-head sink logits (negligible cost)
     num_mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's nextn layers)
+    # The checkpoint keeps its attention projections in BF16 whatever the weight format
+    # (quantization_config.modules_to_not_convert names self_attn, as gpt-oss does).
+    bf16_attention: bool = False
 
     # --- derived counts, used by the cost model and the parameter-count tests ---
 

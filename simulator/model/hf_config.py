@@ -319,4 +319,18 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         mla=mla,
         attention_sinks=model_type == "gpt_oss",
         num_mtp_layers=c.opt_int("num_nextn_predict_layers", 0),
+        bf16_attention=_keeps_attention_bf16(c.raw),
     )
+
+
+def _keeps_attention_bf16(raw: Mapping[str, Any]) -> bool:
+    """True when quantization_config.modules_to_not_convert names the attention modules
+    (e.g. gpt-oss: 'model.layers.*.self_attn'); embeddings, router and LM head are BF16 in
+    every checkpoint this simulator costs, so only attention changes anything."""
+    q = raw.get("quantization_config")
+    if not isinstance(q, Mapping):
+        return False
+    names = q.get("modules_to_not_convert") or q.get("ignore") or []
+    if not isinstance(names, list):
+        return False
+    return any(isinstance(n, str) and n.rstrip(".*").endswith(("self_attn", "attn")) for n in names)

@@ -1,0 +1,56 @@
+"""Per-module precision: checkpoints that keep attention in BF16 are costed so."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from simulator.cost.layout import Formats, ParallelLayout
+from simulator.cost.memory import attention_weight_params_per_gpu, weights_bytes_per_gpu
+from simulator.cost.step import StepModel
+from simulator.hardware.profile import load_hardware
+from simulator.model.hf_config import parse_hf_config
+from simulator.model.load import load_architecture
+from simulator.model.precision import get_format
+
+MXFP4 = Formats("mxfp4", "bf16", "bf16")
+
+
+def test_gpt_oss_config_keeps_attention_bf16() -> None:
+    # gpt-oss-120b config.json: modules_to_not_convert = ['model.layers.*.self_attn', ...]
+    assert load_architecture("gpt-oss-120b").bf16_attention
+    assert not load_architecture("deepseek-r1").bf16_attention
+
+
+def test_weights_bytes_count_attention_at_bf16() -> None:
+    arch = load_architecture("gpt-oss-120b")
+    plain = replace(arch, bf16_attention=False)
+    layout = ParallelLayout(1)
+    attn = arch.num_layers * attention_weight_params_per_gpu(arch, 1)
+    # Each attention parameter moves from 4.25 bits (MXFP4) to 16 bits: +1.46875 bytes.
+    extra = attn * (2.0 - get_format("mxfp4").bytes_per_element)
+    got = weights_bytes_per_gpu(arch, layout, MXFP4) - weights_bytes_per_gpu(plain, layout, MXFP4)
+    assert abs(got - extra) < 1e-6 * extra
+
+
+def test_attention_projections_run_at_bf16_bytes() -> None:
+    arch = load_architecture("gpt-oss-120b")
+    hw = load_hardware("h100-sxm")
+    kept = StepModel(arch, hw, ParallelLayout(1), MXFP4)
+    plain = StepModel(replace(arch, bf16_attention=False), hw, ParallelLayout(1), MXFP4)
+    qkv = {o.op: o for o in kept.token_ops(8)}["qkv_proj"]
+    qkv_plain = {o.op: o for o in plain.token_ops(8)}["qkv_proj"]
+    # Same FLOPs; weight bytes n*k*2 instead of n*k*0.53125 (activations identical).
+    assert qkv.flops == qkv_plain.flops
+    assert qkv.bytes > 3.5 * (qkv_plain.bytes - 8 * 2 * arch.hidden_size * 2)
+
+
+def test_parse_ignores_configs_without_the_field() -> None:
+    raw = {"quantization_config": {"quant_method": "fp8", "ignore": ["lm_head"]}}
+    cfg = {
+        "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512,
+        "vocab_size": 1000, "max_position_embeddings": 4096,
+    }
+    assert not parse_hf_config({**cfg, **raw}, "x").bf16_attention
+    kept = {"quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn"]}}
+    assert parse_hf_config({**cfg, **kept}, "x").bf16_attention
