@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from fuzz_stats import note_refused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -183,6 +184,7 @@ def check_outcome(code: int, out: str, err: str, path: Path) -> str | None:
     assert code == 2, (code, err)
     line = single_line(err)
     assert line.startswith(f"frontier: {path}: "), line
+    note_refused("scenario", path.read_bytes() + line.encode())
     return line
 
 

@@ -241,6 +241,12 @@ def expand(spec: SweepSpec) -> Expansion:
                         f"{spec.source}: constraint {c.text!r}: no key {exc.args[0]!r} in the "
                         "scenario"
                     ) from None
+                except InputError as exc:  # e.g. arithmetic on a value that is no number
+                    if cand.full() is None:
+                        raise _SchemaRefused from None  # the schema refuses the point anyway
+                    raise InputError(
+                        f"{spec.source}: {exc} at the point {describe_values(values)}"
+                    ) from None
                 if not ok:
                     failed = c
                     break
