@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "validation": 5,
     "report": 6,
     "bench": 7,
+    "lessons": 7,
     "cli": 8,
     "__main__": 8,
 }

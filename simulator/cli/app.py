@@ -14,6 +14,7 @@ from simulator.cli.bench import bench, bench_scale
 from simulator.cli.catalogs import hardware, models, scenarios
 from simulator.cli.common import USER_ERRORS
 from simulator.cli.explain import explain
+from simulator.cli.lesson import lesson
 from simulator.cli.simulate import simulate
 from simulator.cli.sweep import register
 from simulator.cli.validate import validate
@@ -39,7 +40,8 @@ def cli(hardware_paths: tuple[str, ...]) -> None:
         os.environ["FRONTIER_HARDWARE_PATH"] = os.pathsep.join([*parts, *hardware_paths])
 
 
-for _command in (explain, hardware, models, scenarios, simulate, bench, bench_scale, validate):
+for _command in (explain, hardware, models, scenarios, simulate, bench, bench_scale, validate,
+                 lesson):
     cli.add_command(_command)
 register(cli)
 

@@ -1,0 +1,26 @@
+"""Lessons: one sweep per trade-off, each with a page that explains its own numbers."""
+
+from simulator.lessons import batch_size, jagged, tp_vs_dp
+from simulator.lessons.core import Lesson, run_lesson
+
+# In teaching order. quantization, speculative and disaggregation join when they are written.
+LESSONS: dict[str, Lesson] = {
+    "batch-size": Lesson(
+        "batch-size",
+        "Small batches give each user fast tokens but few tokens per GPU and a high cost per "
+        "token; large batches the opposite.",
+        "deployment.scheduler.max_num_seqs", batch_size.analyze),
+    "tp-vs-dp": Lesson(
+        "tp-vs-dp",
+        "Tensor parallelism for low latency (collectives over NVLink), attention data "
+        "parallelism for total throughput (per-request speed sacrificed), on an MoE model.",
+        "deployment.attention_data_parallel", tp_vs_dp.analyze, quick_requests=128),
+    "jagged": Lesson(
+        "jagged",
+        "The frontier is jagged: one small step (a few more users than the KV cache holds) "
+        "makes a large jump, located and explained from the step breakdown.",
+        "workload.arrival.concurrency", jagged.analyze, quick_keep=9,
+        quick_requests=160),
+}
+
+__all__ = ["LESSONS", "Lesson", "run_lesson"]

@@ -1,0 +1,155 @@
+"""Running a lesson: its sweep file, thinned on request, through the sweep pipeline, then a page
+whose sentences are filled in from the run's own rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from simulator.errors import InputError
+from simulator.inputs.scenario import apply_overrides
+from simulator.inputs.shipped import scenarios_dir
+from simulator.inputs.yamlfile import load_yaml_mapping
+from simulator.report.page import Section, render_page
+from simulator.report.sweep_figures import breakdown_figure, frontier_figure, split_figure
+from simulator.report.sweep_report import step_breakdown
+from simulator.sweep.cost import gpu_prices
+from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
+from simulator.sweep.pipeline import run_sweep
+from simulator.sweep.store import write_atomic
+from simulator.sweep.table import Row, number
+
+QUICK_REQUESTS = 48  # --quick: requests per point (the curves keep their shape, noise grows)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """What a lesson's analysis found: headline sentences and the points worth a breakdown."""
+
+    headlines: list[str]
+    breakdown_points: list[Row] = field(default_factory=list)
+    extra: list[Section] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    summary: str  # one line for `frontier lesson`
+    color_by: str  # the swept key whose frontiers the page compares
+    analyze: Callable[[list[Row], Mapping[str, Any], Path], Findings]  # rows, spec, out dir
+    quick_keep: int = 3  # values kept per swept axis under --quick (ends and middle)
+    quick_requests: int = QUICK_REQUESTS
+
+
+def lesson_file(name: str) -> Path:
+    return scenarios_dir() / "lessons" / f"{name}.yaml"
+
+
+def ok_rows(rows: Sequence[Row]) -> list[Row]:
+    return [r for r in rows if r.get("point_status") == "ok"
+            and (number(r, "output_tokens_per_s_per_gpu") or 0.0) > 0.0]
+
+
+def _thin(values: list[Any], keep: int) -> list[Any]:
+    if len(values) <= keep:
+        return values
+    idx = sorted({round(i * (len(values) - 1) / (keep - 1)) for i in range(keep)})
+    return [values[i] for i in idx]
+
+
+def quick_spec(data: Mapping[str, Any], keep: int, requests: int) -> dict[str, Any]:
+    """The same lesson on a reduced grid: each swept list thinned to `keep` values, fewer
+    requests per point."""
+    out = copy.deepcopy(dict(data))
+    sweep = out.get("sweep") or {}
+    for key, values in list(sweep.items()):
+        if key == "zip":
+            groups = values if isinstance(values, list) else [values]
+            for g in groups:
+                n = len(next(iter(g.values())))
+                idx = _thin(list(range(n)), keep)
+                for k in g:
+                    g[k] = [g[k][i] for i in idx]
+        elif isinstance(values, list):
+            sweep[key] = _thin(values, keep)
+    wl = out.setdefault("workload", {})
+    wl["num_requests"] = min(int(wl.get("num_requests", requests)), requests)
+    return out
+
+
+def lesson_spec(lesson: Lesson, overrides: Sequence[str], quick: bool) -> dict[str, Any]:
+    path = lesson_file(lesson.name)
+    data = load_yaml_mapping(path, "lesson", "a sweep file")
+    swept = set((data.get("sweep") or {}).keys())
+    for group in (data.get("sweep") or {}).get("zip", []) or []:
+        swept.update(group)
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        if key in swept:
+            raise InputError(f"--set {item!r}: {key} is what lesson {lesson.name} sweeps; "
+                             f"set another key (e.g. hardware.gpu or model)")
+        if key in ("sweep", "constraints") or key.startswith(("sweep.", "constraints.")):
+            raise InputError(f"--set {item!r}: a lesson's grid is fixed; set scenario keys")
+    data = apply_overrides(data, overrides)
+    return quick_spec(data, lesson.quick_keep, lesson.quick_requests) if quick else data
+
+
+def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
+               quick: bool = False, workers: int | None = None,
+               progress: IO[str] | None = None) -> tuple[list[str], Path]:
+    """Sweep the lesson into `out_dir`, write `out_dir/report.html`; return its headlines."""
+    spec = lesson_spec(lesson, overrides, quick)
+    run_sweep(spec, out_dir, workers=workers, fresh=True, prices=gpu_prices(),
+                        progress_stream=progress if progress is not None else sys.stderr)
+    from simulator.report.sweep_report import load_sweep_dir
+
+    _, rows, manifest = load_sweep_dir(out_dir)
+    axes = list(manifest["axes"])
+    good = ok_rows(rows)
+    if not good:
+        raise InputError(f"lesson {lesson.name}: no point simulated; see {out_dir}/results.csv")
+    found = lesson.analyze(good, spec, out_dir)
+    rerun = " ".join(["frontier lesson", lesson.name, *(f"--set {o}" for o in overrides),
+                      "--set hardware.gpu=b200" if not overrides else ""]).strip()
+    sections = [Section("What this run shows", " ".join(found.headlines))]
+    sections.append(Section(
+        "Frontier", "Output tokens/s per GPU against output tokens/s per user (p50), the "
+        "convention of the field: up is cheaper, right is faster for each user.",
+        frontier_figure(rows, axes, DEFAULT_X, DEFAULT_Y)))
+    if lesson.color_by in axes:
+        sections.append(Section(
+            f"Frontier by {lesson.color_by}", "Each value with its own frontier line.",
+            split_figure(rows, axes, lesson.color_by, DEFAULT_X, DEFAULT_Y)))
+    sections.extend(found.extra)
+    items = []
+    for r in found.breakdown_points:
+        point = out_dir / "points" / f"{r['point_id']}.yaml"
+        if point.is_file() and (parts := step_breakdown(point)):
+            label = ", ".join(f"{a.split('.')[-1]}={r.get(a)}" for a in axes)
+            items.append((label, parts))
+    if items:
+        sections.append(Section(
+            "Why: the step-time breakdown", "Mean time of one engine step of the points the "
+            "text names, by what bounds it (compute, HBM, communication, fixed kernel cost, "
+            "host).", breakdown_figure(items)))
+    sections.append(Section("Run it again", f"On other hardware or another model: {rerun}"
+                            f" --out {out_dir}"))
+    page = out_dir / "report.html"
+    write_atomic(page, render_page(f"Lesson: {lesson.name}", lesson.summary, sections))
+    return found.headlines, page
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b not in (None, 0.0) else None
+
+
+def col(r: Row, column: str) -> float:
+    v = number(r, column)
+    if v is None:
+        raise InputError(f"lesson: column {column} is missing from the results")
+    return v

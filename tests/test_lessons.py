@@ -1,0 +1,131 @@
+"""Lessons run on their reduced grid (--quick) and their headline claims hold in the numbers."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+
+import pytest
+
+from simulator.cli.app import main
+from simulator.lessons import LESSONS, run_lesson
+from simulator.lessons.physics import compute_crossover_batch, linear_bound_shares, step_model
+from simulator.sweep.table import Row, number, read_csv
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[list[str], Path]]:
+    out = {}
+    for name, lesson in LESSONS.items():
+        folder = tmp_path_factory.mktemp(name)
+        out[name] = run_lesson(lesson, folder, quick=True, workers=2, progress=io.StringIO())
+    return out
+
+
+def _rows(page: Path) -> list[Row]:
+    _, rows = read_csv(page.parent / "results.csv")
+    return [r for r in rows if (number(r, "output_tokens_per_s_per_gpu") or 0) > 0]
+
+
+def _n(r: Row, column: str) -> float:
+    v = number(r, column)
+    assert v is not None, column
+    return v
+
+
+def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["lesson"])
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert names == ["batch-size", "tp-vs-dp", "jagged"]
+
+
+def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["lesson", "nope"],
+                 ["lesson", "batch-size", "--set", "workload.arrival.concurrency=3"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1, err
+
+
+def test_batch_size_trades_user_speed_for_gpu_throughput(runs: dict) -> None:
+    headlines, page = runs["batch-size"]
+    rows = sorted(_rows(page), key=lambda r: _n(r, "deployment.scheduler.max_num_seqs"))
+    small, large = rows[0], rows[-1]
+    assert _n(large, "output_tokens_per_s_per_gpu") > 5 * _n(small, "output_tokens_per_s_per_gpu")
+    assert _n(large, "tpot_s.p50") > _n(small, "tpot_s.p50")
+    assert (_n(large, "output_tokens_per_s_per_user.p50")
+            < _n(small, "output_tokens_per_s_per_user.p50"))
+    assert headlines[0].startswith("From batch 1 to 256")
+
+
+def test_crossover_is_the_first_compute_bound_batch() -> None:
+    """The batch the lesson names: linear layers compute-bound there and not one below."""
+    import yaml
+
+    from simulator.lessons.core import lesson_file
+
+    model = step_model(yaml.safe_load(lesson_file("batch-size").read_text()))
+    b = compute_crossover_batch(model)
+    assert b is not None and 1 < b < 4096
+    c, m = linear_bound_shares(model, b)
+    c1, m1 = linear_bound_shares(model, b - 1)
+    assert c >= m and c1 < m1
+    # A BF16 GEMM of m tokens does 2·m·n·k FLOPs over about 2·n·k weight bytes: intensity ≈ m
+    # FLOP/byte, so the linear layers cross below the ridge and not far from it.
+    assert b <= model.ridge_flops_per_byte
+
+
+def test_tp_wins_latency_and_attention_dp_wins_throughput(runs: dict) -> None:
+    _, page = runs["tp-vs-dp"]
+    rows = _rows(page)
+    dp = "deployment.attention_data_parallel"
+    load = "workload.arrival.concurrency"
+    lo, hi = min(_n(r, load) for r in rows), max(_n(r, load) for r in rows)
+
+    def at(c: float, ranks: int) -> Row:
+        return next(r for r in rows if _n(r, load) == c and _n(r, dp) == ranks)
+
+    assert _n(at(lo, 1), "tpot_s.p50") < _n(at(lo, 8), "tpot_s.p50")
+    assert (_n(at(hi, 8), "output_tokens_per_s_per_gpu")
+            > _n(at(hi, 1), "output_tokens_per_s_per_gpu"))
+
+
+def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
+    headlines, page = runs["jagged"]
+    assert headlines[0].startswith("The largest jump")
+    assert "preemptions rise" in headlines[1]
+    rows = sorted(_rows(page), key=lambda r: _n(r, "workload.arrival.concurrency"))
+    ttft = [_n(r, "ttft_s.p50") for r in rows]
+    assert max(b / a for a, b in zip(ttft, ttft[1:], strict=False)) > 2.0
+
+
+def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (CI: apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="playwright is not installed (pip install '.[dev]')")
+    from test_report import CHROMIUM_ARGS
+
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for name, (_, path) in runs.items():
+                page = browser.new_page()
+                errors: list[str] = []
+                page.on("console", lambda m, errors=errors: errors.append(m.text)
+                        if m.type == "error" else None)
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(path.resolve().as_uri())
+                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+                drawn = page.evaluate(
+                    "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace, "
+                    ".js-plotly-plot .barlayer .trace').length")
+                assert drawn > 0, name
+                assert errors == [], (name, errors)
+                page.close()
+        finally:
+            browser.close()
