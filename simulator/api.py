@@ -19,6 +19,7 @@ import numpy.typing as npt
 from simulator.hardware.profile import Hardware
 from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
+from simulator.quality.of_scenario import scenario_quality
 from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
 from simulator.serving.pool_stats import pool_summary
 from simulator.serving.simulation import (
@@ -165,6 +166,7 @@ def simulate(
         summary["attention_dp_imbalance_share"] = out.attention_dp_imbalance_share
     if out.pipeline is not None:
         summary["pipeline"] = out.pipeline
+    summary["quality"] = scenario_quality(s).to_dict()
     warnings.extend(out.warnings)
     if out.status != "completed":
         warnings.append(

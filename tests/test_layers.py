@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "hardware": 1,
     "engines": 1,
     "inputs": 1,
+    "quality": 1,
     "cost": 2,
     "serving": 3,
     "api": 4,

@@ -114,11 +114,17 @@ def _targets(path: Path, rows: list[dict[str, Any]], slo: tuple[str, ...]) -> di
               help="Requests/s to serve: the cheapest config that does.")
 @click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
 @click.option("--runner-ups", type=click.IntRange(min=0), default=5, show_default=True)
+@click.option("--max-quality-drop-pct", "max_quality_drop_pct",
+              type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Only configs whose published quality drop is at most PCT % (configs whose "
+                   "quality is unknown are excluded, and counted).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
 def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: float | None,
-              gpu_price: tuple[str, ...], runner_ups: int, as_json: bool) -> None:
+              gpu_price: tuple[str, ...], runner_ups: int, max_quality_drop_pct: float | None,
+              as_json: bool) -> None:
     """The best config of a finished sweep under an SLO, and why the runner-ups lost."""
     from simulator.sweep.cost import gpu_prices
+    from simulator.sweep.quality_gate import UNKNOWN_REASON
     from simulator.sweep.recommend import format_recommendation, why_lost
     from simulator.sweep.recommend import recommend as rank
 
@@ -128,7 +134,8 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
     if not targets:
         raise InputError("recommend: give at least one --slo (e.g. --slo ttft_p99_s=2); the "
                          "sweep's scenario has no slo: either")
-    rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices)
+    rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices,
+               max_quality_drop_pct=max_quality_drop_pct)
     if as_json:
         w = rec.winner
         data = {
@@ -137,9 +144,14 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
                         "values": {a: c.row.get(a) for a in axes},
                         "copies": c.copies, "gpus_per_copy": c.gpus,
                         "usd_per_hour": c.usd_per_hour,
+                        "quality_delta_pct": c.row.get("quality.delta_pct"),
+                        "quality_basis": c.row.get("quality.basis"),
                         "why_lost": None if w is None or c is w else why_lost(c, w, rec)}
                        for c in rec.ranked[: runner_ups + 1]],
             "failing": len(rec.failing),
+            "max_quality_drop_pct": max_quality_drop_pct,
+            "excluded_quality_unknown": sum(
+                UNKNOWN_REASON in why for _, why in rec.failing),
         }
         click.echo(json.dumps(data, indent=2))
         return

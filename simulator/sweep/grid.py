@@ -24,9 +24,10 @@ from simulator.errors import InputError
 from simulator.inputs.scenario import apply_overrides, load_scenario_file, scenario_to_dict
 from simulator.inputs.shipped import resolve_scenario
 from simulator.inputs.yamlfile import load_yaml_mapping
+from simulator.sweep import quality_gate
 from simulator.sweep.expr import Constraint, parse_constraint
 
-SWEEP_KEYS = ("sweep", "constraints")
+SWEEP_KEYS = ("sweep", "constraints", quality_gate.KEY)
 # Points a grid may hold before constraints: each point is a full scenario dict in memory and a
 # file in points/; a larger grid is refused before any point is built (split it, or use zip).
 MAX_GRID_POINTS = 100_000
@@ -47,6 +48,7 @@ class SweepSpec:
     constraints: tuple[Constraint, ...]
     base_dir: Path | None  # where relative paths in the file resolve
     source: str = "sweep"
+    max_quality_drop_pct: float | None = None  # None: no quality constraint
 
     @property
     def axes(self) -> list[str]:
@@ -152,7 +154,8 @@ def parse_sweep(data: Mapping[str, Any], base_dir: Path | None, source: str = "s
         raise InputError(f"{source}: constraints: must be a list of expressions (got {raw_c!r})")
     constraints = tuple(parse_constraint(c) for c in raw_c)
     base = {k: v for k, v in data.items() if k not in SWEEP_KEYS}
-    spec = SweepSpec(base, tuple(dims), constraints, base_dir, source)
+    limit = quality_gate.parse_limit(data.get(quality_gate.KEY), source)
+    spec = SweepSpec(base, tuple(dims), constraints, base_dir, source, limit)
     if spec.grid_size > MAX_GRID_POINTS:
         sizes = " × ".join(f"{len(d.rows)} ({'+'.join(d.paths)})" for d in dims)
         raise InputError(
@@ -263,6 +266,13 @@ def expand(spec: SweepSpec) -> Expansion:
             reason = _reason_of_schema_error(cand.error)
             out.dropped[reason] += 1
             out.examples.setdefault(reason, cand.error)
+            continue
+        refused = quality_gate.point_failure(full_dict, spec.max_quality_drop_pct)
+        if refused is not None:
+            reason = refused if refused == quality_gate.UNKNOWN_REASON else (
+                f"quality drop above {quality_gate.KEY} {spec.max_quality_drop_pct:g} %")
+            out.dropped[reason] += 1
+            out.examples.setdefault(reason, f"{describe_values(values)}: {refused}")
             continue
         key = point_key(full_dict)
         if key in seen:

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from simulator.errors import InputError
+from simulator.sweep import quality_gate
 from simulator.sweep.cost import parse_positive_pairs, price_per_gpu_hour
 from simulator.sweep.table import Row, number
 
@@ -117,6 +118,7 @@ class Recommendation:
     priced: bool
     unpriced_gpus: list[str] = field(default_factory=list)
     load: float | None = None
+    max_quality_drop_pct: float | None = None
 
     @property
     def winner(self) -> Candidate | None:
@@ -126,9 +128,11 @@ class Recommendation:
 def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: Path | None = None,
               gpus: int | None = None, rate: float | None = None,
               prices: Mapping[str, float] | None = None,
-              gpu_of: Mapping[str, str] | None = None) -> Recommendation:
+              gpu_of: Mapping[str, str] | None = None,
+              max_quality_drop_pct: float | None = None) -> Recommendation:
     """Rank the rows that meet the SLO (module docstring). `gpu_of` maps point ids to GPU
-    profile names when no sweep folder is given."""
+    profile names when no sweep folder is given. Under `max_quality_drop_pct` a row must also
+    have a published quality drop within it (unknown quality never passes)."""
     if gpus is not None and rate is not None:
         raise InputError("give --gpus or --rate, not both")
     prices = prices or {}
@@ -136,6 +140,10 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
     failing: list[tuple[Row, list[str]]] = []
     for row in rows:
         why = slo_failures(row, targets)
+        if row.get("point_status", "ok") == "ok":
+            why += quality_gate.row_failures(row.get("quality.basis"),
+                                             number(row, "quality.delta_pct"),
+                                             max_quality_drop_pct)
         rps = number(row, "requests_per_s") or 0.0
         per_copy = int(number(row, "num_gpus") or 0)
         if not why and (rps <= 0 or per_copy <= 0):
@@ -174,7 +182,8 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
     cands.sort(key=lambda c: (c.score, str(c.row.get("point_id", ""))))
     mode = "rate" if rate is not None else "gpus" if gpus is not None else "per_gpu"
     load = rate if rate is not None else float(gpus) if gpus is not None else None
-    return Recommendation(mode, dict(targets), cands, failing, priced, unpriced, load)
+    return Recommendation(mode, dict(targets), cands, failing, priced, unpriced, load,
+                          max_quality_drop_pct)
 
 
 def why_lost(c: Candidate, w: Candidate, rec: Recommendation) -> str:
@@ -226,6 +235,11 @@ def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: P
     else:
         goal = "most requests/s per GPU"
     lines = [f"goal: {goal}, within SLO {slo}"]
+    if rec.max_quality_drop_pct is not None:
+        unknown = sum(quality_gate.UNKNOWN_REASON in why for _, why in rec.failing)
+        lines.append(f"quality: published drop <= {rec.max_quality_drop_pct:g} %; {unknown} "
+                     "points excluded because their quality is unknown (nothing published "
+                     "for their model and formats)")
     n_ok = len(rec.ranked)
     lines.append(f"{n_ok} of {n_ok + len(rec.failing)} simulated points meet it")
     if rec.mode == "rate" and not rec.priced and rec.ranked:
@@ -274,6 +288,10 @@ def _facts(c: Candidate) -> str:
         if v is not None:
             parts.append(f"{label} {v:.3g} s")
     parts.append(f"{c.per_user:.1f} tok/s per user")
+    delta = number(r, "quality.delta_pct")
+    basis = r.get("quality.basis")
+    if basis:
+        parts.append("quality unknown" if delta is None else f"quality {delta:+.2f} % ({basis})")
     return ", ".join(parts)
 
 
