@@ -14,6 +14,7 @@ from simulator.cost.shape import BatchShape
 from simulator.engines.style import load_engine_styles
 from simulator.hardware.profile import load_hardware
 from simulator.model.load import load_architecture
+from simulator.model.precision import get_format
 
 FP8 = Formats("fp8", "fp8", "fp8")
 
@@ -133,3 +134,21 @@ def test_gb200_nvl72_keeps_tp16_in_one_domain() -> None:
         hw.allreduce_latency_s + 2 * 15 / 16 * nbytes / hw.allreduce_bus_bytes_per_s
     )
     assert ar == pytest.approx(hand, rel=1e-9)
+
+
+def test_ep16_over_two_nodes_pays_the_scale_out_all_to_all() -> None:
+    # DeepSeek-R1, attention-DP16 + EP16 on two 8-GPU H100 nodes, 16 tokens (one per rank):
+    # each GPU dispatches 16/16 × 8 experts × 7168 hidden = 57344 elements (FP8) and
+    # combines them back in BF16, per MoE layer, over the NIC since 16 > the 8-GPU domain.
+    arch = load_architecture("deepseek-r1")
+    hw = load_hardware("h100-sxm")
+    m = StepModel(arch, hw, ParallelLayout(1, 1, 16, 16), FP8)
+    assert arch.moe is not None
+    row = next(o for o in m.cost(BatchShape(decode_seqs=16, decode_context_tokens=16_000)).ops
+               if o.op == "ep_alltoall")
+    sent = 16 / 16 * arch.moe.experts_per_token * arch.hidden_size
+    lat = hw.alltoall_latency_s + hw.scale_out_latency_s
+    bw = hw.scale_out_bytes_per_s * hw.scale_out_fraction
+    fp8_bytes = get_format("fp8").bytes_per_element  # 1 byte plus its block scales
+    hand = arch.num_moe_layers * (2 * lat + 15 / 16 * sent * (fp8_bytes + 2) / bw)
+    assert row.time_s == pytest.approx(hand, rel=1e-9)
