@@ -311,6 +311,7 @@ BAD_ROWS = (
     "1.0,2.5,10",  # not a whole number
     "1.0,10",  # a column short
     "1.0,10,10,extra",  # a column too many
+    "1.0,131000,100",  # 131100 tokens pass llama-3.1-8b's 131072-token context window
 )
 
 

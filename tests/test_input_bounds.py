@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 from sweep_helpers import small_sweep, write_sweep
+from test_fuzz import run_cli
 
-from simulator.cli.app import main
 from simulator.errors import InputError
 from simulator.sweep import load_sweep, run_sweep
 from simulator.sweep.grid import MAX_GRID_POINTS
@@ -36,13 +36,7 @@ def laughs(levels: int = 9, key: str = "lol") -> str:
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = 0 if exc.code is None else int(exc.code)
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(argv, capsys)
     assert "Traceback" not in err, err
     return code, out, err
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from sweep_helpers import REPO, small_sweep, write_sweep
+from test_fuzz import run_cli
 
-from simulator.cli.app import main
 from simulator.sweep import run_sweep
 from simulator.sweep import store as store_module
 
@@ -43,13 +43,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
 
 
 def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    capsys.readouterr()
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = 0 if exc.code is None else int(exc.code)
-    err = capsys.readouterr().err
+    code, _, err = run_cli(argv, capsys)
     assert "Traceback" not in err, err
     return code, err
 
