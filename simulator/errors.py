@@ -3,12 +3,39 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # pydantic costs ~0.1 s to import: only the commands that validate load it
+    from pydantic import ValidationError
 
 
 class InputError(ValueError):
     """Bad user input: the CLI prints the message as one line and exits with status 2."""
+
+
+class InvariantViolation(Exception):
+    """A simulation invariant broke: a bug in the simulator, never a user error.
+
+    Its args are its fields, so SimPy (which re-raises a failed process's exception as
+    `type(exc)(*exc.args)`) and pickle (sweeps across processes) rebuild it unchanged."""
+
+    def __init__(
+        self, invariant: str, replica: int | None, step: int | None, time_s: float, detail: str
+    ) -> None:
+        super().__init__(invariant, replica, step, time_s, detail)
+        self.invariant = invariant
+        self.replica = replica
+        self.step = step
+        self.time_s = time_s
+        self.detail = detail
+
+    def __str__(self) -> str:
+        where = "run" if self.replica is None else f"replica {self.replica}"
+        at = "at the end" if self.step is None else f"step {self.step}"
+        return (
+            f"invariant {self.invariant!r} violated on {where}, {at}, t={self.time_s:.9g} s: "
+            + self.detail.replace("\n", " ")
+        )
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -39,8 +42,42 @@ def _random_batches(n: int, seed: int = 0) -> list[BatchShape]:
     return out
 
 
+def machine() -> str:
+    """The figures depend on the machine: name its core count and load beside them."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} cores, 1-min load {load:.2f}"
+
+
+def import_seconds(module: str, repeat: int) -> float:
+    """Median wall time of a fresh interpreter importing `module` (start-up of a command),
+    less that of a bare interpreter, so the figure is what frontier itself adds."""
+
+    def once(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - t0
+
+    bare = statistics.median(once("pass") for _ in range(repeat))
+    # As `frontier` itself starts (simulator.cli.app.main): without pydantic's plugin scan.
+    code = "import os; os.environ.setdefault('PYDANTIC_DISABLE_PLUGINS', '__all__'); "
+    code += f"import {module}"
+    return statistics.median(once(code) for _ in range(repeat)) - bare
+
+
+STARTUP_TARGET_S = 0.25  # issue 16: start-up of `frontier simulate`
+
+
 def run_bench(num_requests: int, repeat: int, step_evals: int) -> Iterator[str]:
     import simulator
+
+    yield f"machine: {machine()}"
+    cli_s = import_seconds("simulator.cli.app", max(5, repeat))
+    sim_s = import_seconds("simulator.cli.app, simulator.api", max(5, repeat))
+    yield (
+        f"start-up (import, beyond a bare python): CLI {cli_s:.3f} s (`frontier --help`), "
+        f"`frontier simulate` {sim_s:.3f} s (median of {max(5, repeat)}; target <= "
+        f"{STARTUP_TARGET_S} s)"
+    )
 
     model = StepModel(
         load_architecture("llama-3.1-8b"), load_hardware("h100-sxm"), ParallelLayout(), Formats()
@@ -90,6 +127,7 @@ def run_bench_scale(num_requests: int, steps: int = 2) -> Iterator[str]:
 
     sizes = sorted({max(1, num_requests // 10**k) for k in range(steps)})
     base_rss = peak_rss_bytes()
+    yield f"machine: {machine()}"
     yield (
         f"bench-scale: {BENCH_SCENARIO['name']}; sizes {', '.join(f'{n:,}' for n in sizes)}; "
         f"peak RSS before the runs {base_rss / 2**20:,.0f} MiB"

@@ -47,13 +47,14 @@ def bench_sweep_spec(points: int, num_requests: int) -> dict[str, Any]:
 def run_sweep_bench(points: int = 1000, num_requests: int = 1000,
                     workers: int = 2) -> Iterator[str]:
     """Run a sweep of about `points` points (a multiple of 40) on `workers` processes."""
+    from simulator.bench.engine import machine
     from simulator.sweep.grid import load_sweep
     from simulator.sweep.pipeline import run_sweep
 
     spec = load_sweep(bench_sweep_spec(points, num_requests))
     yield (f"bench-sweep: {spec.grid_size:,} points × {num_requests:,} requests each "
            f"(llama-3.1-8b on H100: TP × max_num_seqs × format × Poisson rate 5-40 req/s, "
-           f"1000 in / 250 out) on {workers} worker process(es)")
+           f"1000 in / 250 out) on {workers} worker process(es); machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="frontier-bench-sweep-") as tmp:
         t0 = time.perf_counter()
         outcome = run_sweep(spec, tmp, workers=workers)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import click
 
 from simulator.cli.common import dump
-from simulator.hardware.profile import load_hardware, profile_paths
-from simulator.model.load import catalog_names, load_architecture
 from simulator.units import table
 
 
@@ -19,6 +17,8 @@ def hardware() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def hardware_list(as_json: bool) -> None:
     """Every profile found (shipped, FRONTIER_HARDWARE_PATH)."""
+    from simulator.hardware.profile import load_hardware, profile_paths
+
     rows, data = [], []
     for name in sorted(profile_paths()):
         hw = load_hardware(name)
@@ -82,6 +82,8 @@ def scenarios_list() -> None:
 @click.option("--json", "as_json", is_flag=True)
 def models_list(as_json: bool) -> None:
     """Every catalog model with its parameter counts and attention shape."""
+    from simulator.model.load import catalog_names, load_architecture
+
     rows, data = [], []
     for name in catalog_names():
         a = load_architecture(name)

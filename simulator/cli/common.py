@@ -7,18 +7,12 @@ from typing import Any
 
 import click
 
-from simulator.cost import LayoutError, MemoryFitError
 from simulator.errors import InputError
-from simulator.model.architecture import ModelError
 from simulator.model.precision import FORMAT_NAMES
 
-USER_ERRORS: tuple[type[Exception], ...] = (
-    InputError,
-    ModelError,
-    LayoutError,
-    MemoryFitError,
-    ValueError,
-)
+# The model, layout and memory-fit errors (ModelError, LayoutError, MemoryFitError) subclass
+# ValueError: naming ValueError covers them without importing the cost model at start-up.
+USER_ERRORS: tuple[type[Exception], ...] = (InputError, ValueError)
 
 FORMAT = click.Choice(FORMAT_NAMES)
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, get_args
 import click
 
 from simulator.cli.common import FORMAT, dump
-from simulator.cost import Formats, ParallelLayout
 
 if TYPE_CHECKING:
     from simulator.cost.spec_explain import SpeculativeExplanation
@@ -56,6 +55,7 @@ def explain(
     as_json: bool,
 ) -> None:
     """Cost one engine step of MODEL operator by operator (the teaching view)."""
+    from simulator.cost import Formats, ParallelLayout
     from simulator.cost.explain import explain as run_explain
 
     base = precision or "bf16"

@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from simulator.errors import InvariantViolation  # defined low so the CLI catches it unimported
+
 if TYPE_CHECKING:
     from simulator.cost.ops import OpCost
     from simulator.cost.shape import BatchShape
@@ -67,31 +69,6 @@ REL_TOL = 1e-9  # float slack on the bounds (sums of many step times)
 # A block-accounting error persists in the counters, so it is still caught within 8 steps.
 RECOUNT_EVERY_STEP_UP_TO = 64
 RECOUNT_PERIOD = 8
-
-
-class InvariantViolation(Exception):
-    """A simulation invariant broke: a bug in the simulator, never a user error.
-
-    Its args are its fields, so SimPy (which re-raises a failed process's exception as
-    `type(exc)(*exc.args)`) and pickle (sweeps across processes) rebuild it unchanged."""
-
-    def __init__(
-        self, invariant: str, replica: int | None, step: int | None, time_s: float, detail: str
-    ) -> None:
-        super().__init__(invariant, replica, step, time_s, detail)
-        self.invariant = invariant
-        self.replica = replica
-        self.step = step
-        self.time_s = time_s
-        self.detail = detail
-
-    def __str__(self) -> str:
-        where = "run" if self.replica is None else f"replica {self.replica}"
-        at = "at the end" if self.step is None else f"step {self.step}"
-        return (
-            f"invariant {self.invariant!r} violated on {where}, {at}, t={self.time_s:.9g} s: "
-            + self.detail.replace("\n", " ")
-        )
 
 
 class InvariantChecker:
