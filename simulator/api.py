@@ -20,6 +20,7 @@ from simulator.hardware.profile import Hardware
 from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
 from simulator.quality.of_scenario import scenario_quality
+from simulator.serving.kv_load import kv_chain_summary
 from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
 from simulator.serving.pool_stats import pool_summary
 from simulator.serving.simulation import (
@@ -176,6 +177,8 @@ def simulate(
     kv_capacity = engine.memory.kv_capacity_tokens
     if engine.speculative is not None:
         kv_capacity = engine.speculative.kv_capacity_tokens
+    summary["kv_chain"] = kv_chain_summary(engine, out.records, kv_capacity, out.preemptions,
+                                           summary)
     ts = None
     if timeseries:
         ts = np.asarray(out.step_log.rows, dtype=np.float64).reshape(-1, len(TIMESERIES_COLUMNS))

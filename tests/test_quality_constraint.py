@@ -64,3 +64,13 @@ def test_recommend_never_picks_unknown_quality_under_the_constraint() -> None:
     text = "\n".join(format_recommendation(rec, [], None))
     assert "1 points excluded because their quality is unknown" in text
     assert "quality -0.20 % (family)" in text
+
+
+def test_shipped_format_sweep_covers_both_gpus_and_every_format() -> None:
+    from sweep_helpers import REPO
+
+    ex = expand(load_sweep(REPO / "scenarios/sweeps/formats-llama-70b-h100-b200.yaml"))
+    combos = {(p.values["hardware.gpu"], p.values["deployment.precision.weights"],
+               p.values["deployment.precision.kv_cache"]) for p in ex.points}
+    assert combos == {(g, w, kv) for g in ("h100-sxm", "b200")
+                      for w in ("bf16", "fp8", "nvfp4", "mxfp4") for kv in ("bf16", "fp8")}

@@ -101,3 +101,14 @@ def test_report_in_a_real_browser(sweep_dir: Path, scenario_html: Path) -> None:
                 page.close()
         finally:
             browser.close()
+
+
+def test_sweep_report_facets_by_format_with_quality(sweep_dir: Path) -> None:
+    html = (sweep_dir / "report.html").read_text()
+    assert "<h2>Speed and quality by format</h2>" in html
+    # llama-3.1-8b: BF16 everywhere is the checkpoint (0 %); FP8 weights with an FP8 KV cache
+    # has no published figure, so the legend and the table say unknown.
+    # plotly writes '/' as \u002f inside its JSON
+    assert "bf16\\u002fbf16\\u002fbf16, quality +0.00 % (measured)" in html
+    assert "fp8\\u002fbf16\\u002ffp8, quality unknown" in html
+    assert "<td>fp8/bf16/fp8</td><td>" in html and "<td>unknown</td>" in html

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from simulator.cli.common import USER_ERRORS, dump
+from simulator.cli.format_text import kv_chain_line, quality_line
 from simulator.errors import InputError, located_message
 from simulator.units import table
 
@@ -49,6 +50,8 @@ def _summary_text(result: Any, name: str) -> str:
         lines.append(_speculative_text(spec))
     for reason, count in result.drop_reasons().items():
         lines.append(f"dropped {count}: {reason}")
+    lines.extend(x for x in (kv_chain_line(d.get("kv_chain")), quality_line(d.get("quality")))
+                 if x is not None)
     lines.extend(f"warning: {w}" for w in d["warnings"])
     return "\n".join(lines)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulator.cost import (
@@ -15,6 +15,7 @@ from simulator.cost import (
     memory_budget,
     require_fit,
 )
+from simulator.cost.format_chain import KVChain, format_notes, kv_chain
 from simulator.hardware.profile import Hardware, load_hardware
 from simulator.model.architecture import Architecture
 from simulator.model.load import load_architecture
@@ -29,6 +30,8 @@ class Explanation:
     batch: BatchShape
     step: StepCost
     memory: MemoryBudget
+    # The KV-format chain at --context: this KV format first, then BF16 KV for contrast.
+    kv_chains: tuple[KVChain, ...] = field(default=())
 
     def sentence(self) -> str:
         s = self.step
@@ -80,6 +83,9 @@ class Explanation:
                 "kv_heads_replicated": self.memory.kv_heads_replicated,
                 "window_reserve_bytes_per_gpu": self.memory.window_reserve_bytes_per_gpu,
             },
+            "gemm_format": self.model.gemm_format,
+            "format_notes": format_notes(self.model),
+            "kv_chain": [c.to_dict() for c in self.kv_chains],
         }
 
     def to_text(self) -> str:
@@ -126,7 +132,11 @@ class Explanation:
                 f" (after {m.window_reserve_bytes_per_gpu / 1e9:.2f} GB reserved for one "
                 f"sliding window per schedulable sequence)"
             )
-        return "\n".join([head, "", ops, "", totals, mem, self.sentence()])
+        lines = [head, "", ops, "", totals, mem, self.sentence(), *format_notes(self.model)]
+        if self.kv_chains:
+            lines += ["", "KV-format chain (bytes per token -> capacity -> largest batch -> "
+                      "decode throughput):", *(f"  {c.to_text()}" for c in self.kv_chains)]
+        return "\n".join(lines)
 
 
 def explain(
@@ -150,4 +160,10 @@ def explain(
     )
     if batch.tokens == 0:
         raise ValueError("the step is empty: give --decode-batch >= 1 or --prefill-tokens >= 1")
-    return Explanation(arch, hw, step_model, batch, step_model.cost(batch), budget)
+    chains = [kv_chain(step_model, budget, context)]
+    if formats.kv_cache != "bf16":  # the same deployment with a BF16 cache, for contrast
+        wide = replace(formats, kv_cache="bf16")
+        wide_budget = memory_budget(arch, hw, layout, wide, gpu_memory_utilization)
+        chains.append(kv_chain(StepModel(arch, hw, layout, wide), wide_budget, context))
+    return Explanation(arch, hw, step_model, batch, step_model.cost(batch), budget,
+                       tuple(chains))

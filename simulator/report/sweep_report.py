@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.report.format_report import format_section
 from simulator.report.page import Section, facts_table, render_page
 from simulator.report.pool_report import pool_section
 from simulator.report.sweep_figures import (
@@ -109,6 +110,9 @@ def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
                 "the lines cross, the better choice changes.",
                 split_figure(rows, axes, key, x, y),
             ))
+        by_format = format_section(rows, axes, x, y)
+        if by_format is not None:
+            sections.append(by_format)
         sections.append(Section(
             "Latency against load",
             "TTFT and TPOT percentiles against the achieved request rate, one colour per "
