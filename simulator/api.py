@@ -20,16 +20,11 @@ from simulator.hardware.profile import Hardware
 from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
 from simulator.quality.of_scenario import scenario_quality
+from simulator.serving.engine_build import Engine, build_engine
 from simulator.serving.kv_load import kv_chain_summary
 from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
 from simulator.serving.pool_stats import pool_summary
-from simulator.serving.simulation import (
-    TIMESERIES_COLUMNS,
-    CheckHook,
-    Engine,
-    build_engine,
-    run,
-)
+from simulator.serving.simulation import TIMESERIES_COLUMNS, CheckHook, run
 from simulator.serving.workload import build_stream
 
 

@@ -16,7 +16,7 @@ from simulator.errors import InputError
 from simulator.hardware.profile import load_hardware
 from simulator.inputs.scenario import Scenario
 from simulator.model.load import load_architecture
-from simulator.serving.simulation import build_engine
+from simulator.serving.engine_build import build_engine
 
 FP8 = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8"}
 

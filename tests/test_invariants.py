@@ -16,9 +16,11 @@ import pytest
 import simulator
 from simulator.cli.app import EXIT_INVARIANT, main
 from simulator.cost.step import StepModel
+from simulator.serving.engine_build import build_engine
 from simulator.serving.invariants import InvariantChecker, InvariantViolation
-from simulator.serving.scheduler import PlannedStep, Scheduler
-from simulator.serving.simulation import build_engine, run, unstable_queue
+from simulator.serving.sched_types import PlannedStep
+from simulator.serving.scheduler import Scheduler
+from simulator.serving.simulation import run, unstable_queue
 from simulator.serving.workload import build_stream
 
 ROOT = Path(__file__).resolve().parent.parent

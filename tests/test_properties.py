@@ -24,8 +24,8 @@ import simulator
 from simulator.cost import BatchShape, Formats, LayoutError, ParallelLayout, StepModel
 from simulator.hardware.profile import load_hardware
 from simulator.model.load import load_architecture
+from simulator.serving.engine_build import Engine, build_engine
 from simulator.serving.invariants import InvariantChecker
-from simulator.serving.simulation import Engine, build_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("llama-3.1-8b", "qwen3-8b", "gpt-oss-20b")

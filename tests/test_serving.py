@@ -28,8 +28,8 @@ from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
 from simulator.errors import InputError
 from simulator.inputs.scenario import load_scenario_file
+from simulator.serving.engine_build import build_engine
 from simulator.serving.replica import Replica
-from simulator.serving.simulation import build_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(glob.glob(str(ROOT / "scenarios" / "*.yaml")))

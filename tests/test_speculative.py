@@ -27,7 +27,7 @@ from simulator.inputs.speculative import (
     load_presets,
     per_position_rates,
 )
-from simulator.serving.simulation import build_engine
+from simulator.serving.engine_build import build_engine
 from simulator.serving.speculative import SpecDecoding, emission_pmf
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -28,7 +28,7 @@ from simulator.engines.style import EngineStyle
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import Router
-from simulator.serving.scheduler import SchedulerConfig
+from simulator.serving.sched_types import SchedulerConfig
 
 
 @dataclass(frozen=True)

@@ -49,10 +49,11 @@ from simulator.errors import InvariantViolation  # defined low so the CLI catche
 if TYPE_CHECKING:
     from simulator.cost.ops import OpCost
     from simulator.cost.shape import BatchShape
+    from simulator.serving.engine_build import Engine
     from simulator.serving.replica import Replica
     from simulator.serving.request import Request
-    from simulator.serving.scheduler import PlannedStep
-    from simulator.serving.simulation import Engine, RunOutput
+    from simulator.serving.sched_types import PlannedStep
+    from simulator.serving.simulation import RunOutput
 
 
 

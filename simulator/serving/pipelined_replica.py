@@ -23,7 +23,7 @@ from simulator.serving.ranked_replica import Rank, RankedReplica
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import least_outstanding
-from simulator.serving.scheduler import SchedulerConfig
+from simulator.serving.sched_types import SchedulerConfig
 
 
 class PipelinedReplica(RankedReplica):

@@ -23,7 +23,8 @@ from simulator.engines.style import EngineStyle
 from simulator.serving.replica import Replica, StepLog, log_gaps
 from simulator.serving.request import Request
 from simulator.serving.router import Router
-from simulator.serving.scheduler import PlannedStep, Scheduler, SchedulerConfig
+from simulator.serving.sched_types import PlannedStep, SchedulerConfig
+from simulator.serving.scheduler import Scheduler
 
 IDLE = BatchShape()
 

@@ -23,7 +23,7 @@ from simulator.serving.ranked_replica import RankedReplica
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
-from simulator.serving.scheduler import SchedulerConfig
+from simulator.serving.sched_types import SchedulerConfig
 
 
 def attention_dp_ranks(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> int:

@@ -15,7 +15,8 @@ from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.serving.request import Request
-from simulator.serving.scheduler import PlannedStep, Scheduler, SchedulerConfig
+from simulator.serving.sched_types import PlannedStep, SchedulerConfig
+from simulator.serving.scheduler import Scheduler
 
 MAX_DECODE_RUN = 4096  # steps costed at once in a run of unchanged decode batches
 MIN_DECODE_RUN = 8  # below this, numpy's per-call cost outweighs the SimPy events it saves

@@ -27,7 +27,7 @@ from simulator.inputs.speculative import (
 )
 from simulator.model.load import load_architecture
 from simulator.serving.replica import Replica
-from simulator.serving.scheduler import SchedulerConfig
+from simulator.serving.sched_types import SchedulerConfig
 from simulator.serving.speculative import SpecDecoding
 from simulator.serving.workload import RequestStream
 

@@ -1,0 +1,217 @@
+"""Build the engine of a scenario: model, GPU, layout, memory fit, scheduler limits, engine
+style, drafter and, for disaggregated deployments, both pools and the KV link between them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, memory_budget
+from simulator.cost.draft import SpeculativeStepModel
+from simulator.cost.kv_transfer import KVLinkCost, kv_link_cost
+from simulator.cost.memory import require_fit
+from simulator.engines.style import EngineStyle, load_engine_styles
+from simulator.errors import InputError, tag_key
+from simulator.hardware.profile import Hardware, load_hardware
+from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeployment, WorkerPool
+from simulator.inputs.scenario import Scenario
+from simulator.model.architecture import Architecture
+from simulator.model.load import load_architecture
+from simulator.serving.context_window import check_workload_fits, scenario_max_model_len
+from simulator.serving.disaggregated import PoolSpec
+from simulator.serving.ranks_setup import (
+    attention_dp_ranks,
+    expert_slots,
+    microbatch_slots,
+)
+from simulator.serving.sched_types import SchedulerConfig
+from simulator.serving.spec_engine import SpeculativeEngine, build_speculative
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Everything the physics says about one replica of the scenario's deployment."""
+
+    arch: Architecture
+    hw: Hardware
+    step_model: StepModel
+    memory: MemoryBudget
+    scheduler: SchedulerConfig
+    style: EngineStyle
+    # Disaggregated deployments: this engine is the decode pool's; its prefill pool's engine.
+    prefill_pool: Engine | None = None
+    kv_link: KVLinkCost | None = None
+    # prompt + output tokens one request may hold (deployment.max_model_len, else the model's)
+    max_model_len: int = 0
+    speculative: SpeculativeEngine | None = None
+
+    @property
+    def replica_model(self) -> StepModel | SpeculativeStepModel:
+        """What a replica costs its steps with: the target alone, or target plus drafter."""
+        return self.speculative.model if self.speculative is not None else self.step_model
+
+
+def _resolve_model(name: str, base_dir: Path | None) -> str:
+    if base_dir is not None and name.endswith(".json") and not Path(name).is_absolute():
+        return str(base_dir / name)
+    return name
+
+
+def build_engine(
+    scenario: Scenario, base_dir: Path | None = None, hardware: Hardware | None = None
+) -> Engine:
+    """Load model and GPU, check the layout and memory fit, size the KV block pool."""
+    dep = scenario.deployment
+    try:
+        arch = load_architecture(_resolve_model(scenario.model, base_dir))
+    except ValueError as exc:
+        tag_key(exc, "model")
+        raise
+    try:
+        hw = hardware if hardware is not None else load_hardware(scenario.hardware.gpu)
+    except ValueError as exc:
+        tag_key(exc, "hardware.gpu")
+        raise
+    max_model_len, window_text = scenario_max_model_len(scenario, arch)
+    check_workload_fits(scenario, max_model_len, window_text, base_dir)
+    if isinstance(dep, DisaggregatedDeployment):
+        # Each pool has its own layout, precision and scheduler; its GPUs hold a whole copy.
+        pools: dict[str, Engine] = {}
+        for name, pool in (("prefill", dep.prefill), ("decode", dep.decode)):
+            try:
+                pools[name] = _build_engine(pool, arch, hw, 0.0, base_dir)
+            except ValueError as exc:
+                tag_key(exc, f"deployment.{name}")
+                raise
+        link = _kv_link(dep, arch, hw, pools["decode"])
+        return replace(pools["decode"], prefill_pool=pools["prefill"], kv_link=link,
+                       max_model_len=max_model_len)
+    try:
+        engine = _build_engine(dep, arch, hw, dep.comm_overlap, base_dir)
+        if dep.speculative is not None:
+            engine = _with_speculative(engine, dep, scenario.workload.kind, base_dir)
+    except ValueError as exc:
+        tag_key(exc, "deployment")
+        raise
+    return replace(engine, max_model_len=max_model_len)
+
+
+def _build_engine(
+    dep: AggregatedDeployment | WorkerPool,
+    arch: Architecture,
+    hw: Hardware,
+    comm_overlap: float,
+    base_dir: Path | None = None,
+) -> Engine:
+    layout = _layout(dep, arch)
+    p = dep.precision
+    formats = Formats(p.weights, p.activations, p.kv_cache)
+    slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
+    step_model = StepModel(arch, hw, layout, formats, comm_overlap, slots)
+    s = dep.scheduler
+    style = load_engine_styles()[dep.engine]
+    budget = memory_budget(
+        arch,
+        hw,
+        layout,
+        formats,
+        dep.gpu_memory_utilization,
+        s.max_num_batched_tokens,
+        s.max_num_seqs,
+        fraction_of_free=style.memory_fraction_of == "free",
+    )
+    require_fit(arch, hw, layout, formats, budget)
+    # Each attention-DP rank has its own KV pool: the replica's capacity split evenly.
+    # Each attention-DP rank, or pipeline micro-batch slot, has its own share of the KV pool.
+    shares = layout.attention_data_parallel * microbatch_slots(layout)
+    num_blocks = budget.kv_capacity_tokens // shares // s.block_size
+    if num_blocks < 1:
+        raise InputError(
+            f"deployment: the KV cache holds {budget.kv_capacity_tokens} tokens, less than one "
+            f"block of {s.block_size}; use more GPUs, a smaller format or a higher "
+            f"gpu_memory_utilization"
+        )
+    if dep.overhead is not None:
+        style = EngineStyle(
+            style.name,
+            dep.overhead.step_s,
+            dep.overhead.per_seq_s,
+            style.overlap_cpu_with_gpu,
+            style.kv_admission,
+            style.memory_fraction_of,
+            style.front_end,
+            style.mix_prefill_decode,
+        )
+    cfg = SchedulerConfig(
+        s.max_num_seqs,
+        s.max_num_batched_tokens,
+        s.chunked_prefill,
+        s.policy,
+        s.block_size,
+        num_blocks,
+        style.kv_admission == "reserve_full",
+        style.mix_prefill_decode,
+    )
+    return Engine(arch, hw, step_model, budget, cfg, style)
+
+
+def _with_speculative(
+    engine: Engine, dep: AggregatedDeployment, kind: str | None, base_dir: Path | None
+) -> Engine:
+    """The engine with its drafter: costed steps, and a KV pool shrunk by the drafter's share."""
+    assert dep.speculative is not None
+    spec = build_speculative(dep.speculative, kind, engine.step_model, engine.memory, base_dir)
+    num_blocks = spec.kv_capacity_tokens // dep.scheduler.block_size
+    if num_blocks < 1:
+        raise InputError(
+            "deployment.speculative: the drafter's weights and KV leave less than one KV "
+            "block for the target; use more GPUs, a smaller format or no speculation"
+        )
+    cfg = replace(engine.scheduler, num_blocks=num_blocks)
+    return replace(engine, scheduler=cfg, speculative=spec)
+
+
+def _layout(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> ParallelLayout:
+    return ParallelLayout(
+        pool.tensor_parallel,
+        pool.pipeline_parallel,
+        attention_dp_ranks(pool, arch),
+        pool.expert_parallel,
+        pool.moe_routing.redundant_experts,
+    )
+
+
+def _kv_link(
+    dep: DisaggregatedDeployment, arch: Architecture, hw: Hardware, decode: Engine
+) -> KVLinkCost:
+    kv = dep.kv_transfer
+    pair = dep.prefill.gpus_per_replica + dep.decode.gpus_per_replica
+    if kv.link == "nvlink" and pair > hw.scale_up_domain_size:
+        raise InputError(
+            f"deployment.kv_transfer.link: nvlink needs a prefill and a decode replica in one "
+            f"NVLink domain, but they use {pair} GPUs and {hw.name}'s domain has "
+            f"{hw.scale_up_domain_size}; use link: network or smaller replicas"
+        )
+    return kv_link_cost(
+        hw,
+        kv.link,
+        _layout(dep.prefill, arch),
+        _layout(dep.decode, arch),
+        decode.memory.kv_bytes_per_token_per_gpu,
+        arch.num_layers,
+        gb_per_s=kv.gb_per_s,
+        latency_s=kv.latency_s,
+        layerwise=kv.layerwise,
+    )
+
+
+def pool_spec(engine: Engine, pool: WorkerPool) -> PoolSpec:
+    return PoolSpec(
+        pool.replicas,
+        pool.gpus_per_replica,
+        engine.scheduler,
+        engine.step_model,
+        engine.style,
+        engine.memory.kv_capacity_tokens,
+    )

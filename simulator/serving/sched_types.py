@@ -1,0 +1,69 @@
+"""What a scheduler is configured with, what it plans for one step, and its waiting queue
+(FCFS, or priority with FCFS among equals)."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.cost.shape import BatchShape
+from simulator.serving.request import Request
+from simulator.serving.speculative import SpecDecoding
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    policy: Literal["fcfs", "priority"]
+    block_size: int
+    num_blocks: int
+    reserve_full: bool = False  # admit only with blocks for prompt + every output reserved
+    # False: a step carries prefill chunks or decodes, never both; prefill goes first whenever
+    # a chunk can run (SGLang's default, no --enable-mixed-chunk). True: chunks ride along with
+    # the decode batch (vLLM, TensorRT-LLM). Without chunked prefill steps never mix.
+    mix_prefill_decode: bool = True
+    speculative: SpecDecoding | None = None  # draft-and-verify decoding (serving/speculative)
+
+
+@dataclass(slots=True)
+class PlannedStep:
+    """What one step runs, and the prefill chunks to commit when it ends."""
+
+    batch: BatchShape
+    chunks: list[tuple[Request, int]]
+    num_seqs: int
+
+
+class _Waiting:
+    """FCFS deque, or a heap by (priority, arrival order) when the policy is `priority`."""
+
+    def __init__(self, policy: str) -> None:
+        self.priority = policy == "priority"
+        self._deque: deque[Request] = deque()
+        self._heap: list[tuple[int, int, Request]] = []
+
+    def __len__(self) -> int:
+        return len(self._heap) if self.priority else len(self._deque)
+
+    def push(self, r: Request) -> None:
+        if self.priority:
+            heapq.heappush(self._heap, (r.priority, r.index, r))
+        else:
+            self._deque.append(r)
+
+    def push_front(self, r: Request) -> None:
+        """A preempted request goes back ahead of the others (its priority keeps its place)."""
+        if self.priority:
+            heapq.heappush(self._heap, (r.priority, r.index, r))
+        else:
+            self._deque.appendleft(r)
+
+    def peek(self) -> Request:
+        return self._heap[0][2] if self.priority else self._deque[0]
+
+    def pop(self) -> Request:
+        return heapq.heappop(self._heap)[2] if self.priority else self._deque.popleft()
