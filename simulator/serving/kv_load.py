@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.model.precision import get_format
-from simulator.serving.simulation import Engine
+from simulator.serving.engine_build import Engine
 
 
 def kv_chain_summary(engine: Engine, records: npt.NDArray[Any], kv_capacity_tokens: int,
