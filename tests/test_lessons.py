@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,6 @@ from simulator.cli.app import main
 from simulator.lessons import LESSONS, run_lesson
 from simulator.lessons.physics import compute_crossover_batch, linear_bound_shares, step_model
 from simulator.sweep.table import Row, number, read_csv
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -105,28 +102,7 @@ def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
 
 
 def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (CI: apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="playwright is not installed (pip install '.[dev]')")
-    from test_report import CHROMIUM_ARGS
+    """Each page: the frontier, its split by the lesson's key and the breakdown drawn."""
+    from test_report import check_in_browser
 
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            for name, (_, path) in runs.items():
-                page = browser.new_page()
-                errors: list[str] = []
-                page.on("console", lambda m, errors=errors: errors.append(m.text)
-                        if m.type == "error" else None)
-                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
-                page.goto(path.resolve().as_uri())
-                page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
-                drawn = page.evaluate(
-                    "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace, "
-                    ".js-plotly-plot .barlayer .trace').length")
-                assert drawn > 0, name
-                assert errors == [], (name, errors)
-                page.close()
-        finally:
-            browser.close()
+    check_in_browser([(path, 3) for _, path in runs.values()])

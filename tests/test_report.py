@@ -74,7 +74,9 @@ def test_scenario_report_refuses_a_sweep_file(tmp_path: Path,
     assert exc.value.code == 2 and "frontier sweep" in capsys.readouterr().err
 
 
-def test_report_in_a_real_browser(sweep_dir: Path, scenario_html: Path) -> None:
+def check_in_browser(pages: list[tuple[Path, int]]) -> None:
+    """Open each page in headless Chromium: at least the given number of plots drawn, with
+    traces, and no console or page error. Skips when Chromium or playwright is missing."""
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (CI: apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api",
@@ -82,7 +84,7 @@ def test_report_in_a_real_browser(sweep_dir: Path, scenario_html: Path) -> None:
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            for path, want in ((sweep_dir / "report.html", 4), (scenario_html, 3)):
+            for path, want in pages:
                 page = browser.new_page()
                 errors: list[str] = []
                 page.on("console", lambda m, errors=errors: errors.append(m.text)
@@ -97,10 +99,14 @@ def test_report_in_a_real_browser(sweep_dir: Path, scenario_html: Path) -> None:
                     "document.querySelectorAll('.js-plotly-plot .scatterlayer .trace, "
                     ".js-plotly-plot .barlayer .trace, .js-plotly-plot .gl-container').length")
                 assert plots >= want and svgs > 0 and drawn > 0, (path, plots, svgs, drawn)
-                assert errors == [], errors
+                assert errors == [], (path, errors)
                 page.close()
         finally:
             browser.close()
+
+
+def test_report_in_a_real_browser(sweep_dir: Path, scenario_html: Path) -> None:
+    check_in_browser([(sweep_dir / "report.html", 4), (scenario_html, 3)])
 
 
 def test_sweep_report_facets_by_format_with_quality(sweep_dir: Path) -> None:
