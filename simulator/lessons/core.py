@@ -17,7 +17,7 @@ from simulator.inputs.shipped import scenarios_dir
 from simulator.inputs.yamlfile import load_yaml_mapping
 from simulator.report.page import Section, render_page
 from simulator.report.sweep_figures import breakdown_figure, frontier_figure, split_figure
-from simulator.report.sweep_report import step_breakdown
+from simulator.report.sweep_report import load_sweep_dir, spread, step_breakdown
 from simulator.sweep.cost import gpu_prices
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
 from simulator.sweep.pipeline import run_sweep
@@ -55,13 +55,6 @@ def ok_rows(rows: Sequence[Row]) -> list[Row]:
             and (number(r, "output_tokens_per_s_per_gpu") or 0.0) > 0.0]
 
 
-def _thin(values: list[Any], keep: int) -> list[Any]:
-    if len(values) <= keep:
-        return values
-    idx = sorted({round(i * (len(values) - 1) / (keep - 1)) for i in range(keep)})
-    return [values[i] for i in idx]
-
-
 def quick_spec(data: Mapping[str, Any], keep: int, requests: int) -> dict[str, Any]:
     """The same lesson on a reduced grid: each swept list thinned to `keep` values, fewer
     requests per point."""
@@ -72,11 +65,11 @@ def quick_spec(data: Mapping[str, Any], keep: int, requests: int) -> dict[str, A
             groups = values if isinstance(values, list) else [values]
             for g in groups:
                 n = len(next(iter(g.values())))
-                idx = _thin(list(range(n)), keep)
+                idx = spread(list(range(n)), keep)
                 for k in g:
                     g[k] = [g[k][i] for i in idx]
         elif isinstance(values, list):
-            sweep[key] = _thin(values, keep)
+            sweep[key] = spread(values, keep)
     wl = out.setdefault("workload", {})
     wl["num_requests"] = min(int(wl.get("num_requests", requests)), requests)
     return out
@@ -106,8 +99,6 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     spec = lesson_spec(lesson, overrides, quick)
     run_sweep(spec, out_dir, workers=workers, fresh=True, prices=gpu_prices(),
                         progress_stream=progress if progress is not None else sys.stderr)
-    from simulator.report.sweep_report import load_sweep_dir
-
     _, rows, manifest = load_sweep_dir(out_dir)
     axes = list(manifest["axes"])
     good = ok_rows(rows)
@@ -142,10 +133,6 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     page = out_dir / "report.html"
     write_atomic(page, render_page(f"Lesson: {lesson.name}", lesson.summary, sections))
     return found.headlines, page
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b not in (None, 0.0) else None
 
 
 def col(r: Row, column: str) -> float:

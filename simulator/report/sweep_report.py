@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from simulator.errors import InputError
 from simulator.report.format_report import format_section
@@ -23,6 +23,7 @@ from simulator.sweep.store import write_atomic
 from simulator.sweep.table import Row, read_csv, swept_columns
 
 MAX_BREAKDOWN_POINTS = 6
+T = TypeVar("T")
 
 
 def step_breakdown(scenario: str | Path | Mapping[str, Any]) -> dict[str, float]:
@@ -43,7 +44,7 @@ def step_breakdown(scenario: str | Path | Mapping[str, Any]) -> dict[str, float]
     return out
 
 
-def spread(items: Sequence[Row], k: int) -> list[Row]:
+def spread(items: Sequence[T], k: int) -> list[T]:
     """Up to k items evenly spaced along a sequence, both ends included."""
     if len(items) <= k:
         return list(items)
