@@ -66,12 +66,21 @@ def _speculative_text(s: dict[str, Any]) -> str:
         if cross is not None
         else "drafting pays at every batch up to max_num_seqs"
     )
+    kinds = s.get("acceptance_by_kind") or {}
+    by_kind = ""
+    if len(kinds) > 1:
+        parts = []
+        for name, k in kinds.items():
+            m = k["acceptance_length_mean"]
+            got = "-" if m is None else f"{m:.2f}"
+            parts.append(f"{name} {got} (expected {k['acceptance_length_expected']:.2f})")
+        by_kind = "; by kind: " + ", ".join(parts)
     return (
         f"\nspeculative {s['method']} k={s['num_speculative_tokens']} ({s['policy']}, "
         f"{s['workload_kind']} traffic): acceptance {measured} (expected "
-        f"{s['acceptance_length_expected']:.2f}); GPU time {s['draft_share_of_gpu_time']:.0%} "
-        f"draft, {s['verify_share_of_gpu_time']:.0%} verify; {where} (judged at "
-        f"{s['crossover_context_tokens']:.0f} context tokens)"
+        f"{s['acceptance_length_expected']:.2f}){by_kind}; GPU time "
+        f"{s['draft_share_of_gpu_time']:.0%} draft, {s['verify_share_of_gpu_time']:.0%} verify; "
+        f"{where} (judged at {s['crossover_context_tokens']:.0f} context tokens)"
     )
 
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -24,6 +24,7 @@ from simulator.inputs.common import _invalid, _Strict
 
 SpeculativeMethod = Literal["draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram"]
 WorkloadKind = Literal["chat", "code", "math", "summarization"]
+WORKLOAD_KINDS: tuple[str, ...] = get_args(WorkloadKind)  # a request's kind code indexes this
 DEFAULT_KIND: WorkloadKind = "chat"  # the preset row used when the workload names no kind
 Rate = Annotated[float, Field(ge=0, lt=1)]
 

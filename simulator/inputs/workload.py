@@ -219,6 +219,26 @@ class Workload(_Strict):
     priorities: Priorities | None = None
     # What the traffic is, for speculative presets (acceptance differs by kind); None: chat.
     kind: WorkloadKind | None = None
+    # A mixed workload: each request's kind drawn with these weights (a trace may instead
+    # carry a `kind` column). Exclusive with `kind`.
+    kind_mix: dict[WorkloadKind, PosFloat] | None = None
+
+    @field_validator("kind_mix")
+    @classmethod
+    def _mix_alone(
+        cls, v: dict[str, float] | None, info: ValidationInfo
+    ) -> dict[str, float] | None:
+        if v is None:
+            return v
+        if not v:
+            raise _invalid("give at least one kind with a weight, e.g. {code: 0.3, chat: 0.7}")
+        if info.data.get("kind") is not None:
+            raise _invalid("give kind (one kind for every request) or kind_mix, not both")
+        if isinstance(info.data.get("arrival"), TraceArrival):
+            raise _invalid(
+                "kind_mix must be left out with trace arrivals (give the trace a kind column)"
+            )
+        return v
 
     @field_validator("input_tokens", "output_tokens")
     @classmethod

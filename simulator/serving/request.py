@@ -40,6 +40,8 @@ class Request:
         "spec_cum",
         "spec_done",
         "spec_drafts",
+        "spec_verify_emitted",
+        "spec_verify_steps",
         "target",
     )
 
@@ -75,6 +77,8 @@ class Request:
         self.spec_cum: Any = None
         self.spec_drafts: Any = None  # drafts it verifies at each of its steps
         self.spec_done: list[Any] | None = None  # tokens emitted per step of past decode runs
+        self.spec_verify_steps = 0  # steps of finished decode runs that verified drafts
+        self.spec_verify_emitted = 0  # tokens those steps emitted
 
     def kv_tokens_at(self, step: int) -> int:
         """Cached tokens of a decoding request at the start of global step `step`."""

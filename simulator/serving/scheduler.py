@@ -22,7 +22,7 @@ from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
 from simulator.serving.request import Request
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig, _Waiting
-from simulator.serving.speculative import SpecSchedule
+from simulator.serving.speculative import SpecSchedule, close_decode_run
 
 
 class Scheduler:
@@ -90,10 +90,7 @@ class Scheduler:
         r.decode_epoch += 1
         if self._spec is not None:
             self._spec.add(r, -1, step)
-            done = np.diff(r.spec_cum)[: step - r.decode_start_step]
-            if done.size:
-                r.spec_done = [*(r.spec_done or ()), done]
-            r.spec_cum = None
+            close_decode_run(r, step)
         if self.cfg.reserve_full:
             held, r.blocks = r.blocks, 0
             return held

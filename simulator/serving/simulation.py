@@ -26,7 +26,7 @@ from simulator.serving.ranks_setup import (
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
-from simulator.serving.spec_engine import speculative_stats
+from simulator.serving.spec_engine import VerifyTally, speculative_stats
 from simulator.serving.workload import RequestStream
 
 TIMESERIES_COLUMNS = (
@@ -94,6 +94,7 @@ def run(
     records["decode_last_step"] = -1
     token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = {}
     spec_emitted: dict[int, npt.NDArray[np.int64]] = {}
+    verify_tally = VerifyTally.empty(n if engine.speculative is not None else 0)
 
     env = simpy.Environment()
     log = StepLog(timeseries)
@@ -117,6 +118,7 @@ def run(
             token_history[r.index] = (r.past_segments or [], r.resume_tokens_s or [])
         if r.spec_done is not None:
             spec_emitted[r.index] = np.concatenate(r.spec_done)
+            verify_tally.add(r)
         ended()
 
     def ended() -> None:
@@ -255,7 +257,7 @@ def run(
         token_history=token_history,
         end_s=float(env.now),
         pools=pools,
-        speculative=speculative_stats(engine.speculative, cfg, replicas),
+        speculative=speculative_stats(engine.speculative, cfg, replicas, stream, verify_tally),
         spec_emitted=spec_emitted,
     )
 

@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from simulator.cost.draft import SpeculativeStepModel, crossover_batch, make_drafter
 from simulator.cost.memory import MemoryBudget, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
 from simulator.cost.step import StepModel
-from simulator.errors import tag_key
+from simulator.errors import InputError, tag_key
 from simulator.inputs.speculative import (
     DEFAULT_KIND,
+    WORKLOAD_KINDS,
     SpeculativeConfig,
     acceptance_length_of,
     per_position_rates,
@@ -27,6 +29,7 @@ from simulator.inputs.speculative import (
 )
 from simulator.model.load import load_architecture
 from simulator.serving.replica import Replica
+from simulator.serving.request import Request
 from simulator.serving.sched_types import SchedulerConfig
 from simulator.serving.speculative import SpecDecoding
 from simulator.serving.workload import RequestStream
@@ -46,23 +49,39 @@ class SpeculativeEngine:
     def expected_acceptance_length(self) -> float:
         return acceptance_length_of(self.rates)
 
-    def crossover(self, context_tokens: int, max_batch: int) -> int | None:
-        return crossover_batch(
-            self.model,
-            self.config.num_speculative_tokens,
-            self.expected_acceptance_length,
-            context_tokens,
-            max_batch,
-        )
+    def kind_rates(self, stream: RequestStream) -> tuple[tuple[float, ...], ...] | None:
+        """Per-position rates by kind code for a stream whose requests carry kinds (None when
+        none do); kinds no request carries keep the workload's rates."""
+        if stream.kind is None:
+            return None
+        present = {int(c) for c in np.unique(stream.kind) if c >= 0}
+        out: list[tuple[float, ...]] = []
+        for code, name in enumerate(WORKLOAD_KINDS):
+            if code not in present:
+                out.append(self.rates)
+                continue
+            try:
+                out.append(per_position_rates(self.config, name))
+            except InputError as exc:
+                count = int(np.count_nonzero(stream.kind == code))
+                raise InputError(f"{exc} ({count} requests of the workload are {name})") from None
+        return tuple(out)
 
     def decoding(self, stream: RequestStream, seed: int, cfg: SchedulerConfig) -> SpecDecoding:
-        """The replica-side settings, the crossover judged at the stream's mean context."""
+        """The replica-side settings, the crossover judged at the stream's mean context and
+        mean acceptance per verify step."""
         n = len(stream)
         if n:
             context = float(np.mean(stream.input_tokens) + np.mean(stream.output_tokens) / 2)
         else:
             context = 0.0
-        cross = self.crossover(round(context), cfg.max_num_seqs)
+        by_kind = self.kind_rates(stream)
+        tau = self.expected_acceptance_length
+        if by_kind is not None and n:
+            tau = mixed_acceptance_length(stream, self.rates, by_kind)
+        cross = crossover_batch(
+            self.model, self.config.num_speculative_tokens, tau, round(context), cfg.max_num_seqs
+        )
         off_above = None
         if self.config.policy == "auto" and cross is not None:
             off_above = cross - 1
@@ -74,7 +93,23 @@ class SpeculativeEngine:
             crossover_batch=cross,
             crossover_context_tokens=context,
             confidence_scheduled=self.config.method == "dspark",
+            kind_rates=by_kind,
+            request_kind=stream.kind,
         )
+
+
+def mixed_acceptance_length(
+    stream: RequestStream,
+    default: tuple[float, ...],
+    by_kind: tuple[tuple[float, ...], ...],
+) -> float:
+    """Mean tokens per verify step over a mixed stream: all its output tokens over all the
+    verify steps they take, request i taking about out_i / τ(kind_i) steps."""
+    assert stream.kind is not None
+    taus = np.asarray([acceptance_length_of(r) for r in (*by_kind, default)])
+    per_request = taus[stream.kind]  # code -1 picks the last: the workload's own kind
+    out = stream.output_tokens.astype(np.float64)
+    return float(out.sum() / (out / per_request).sum())
 
 
 def build_speculative(
@@ -115,8 +150,60 @@ def build_speculative(
     )
 
 
+@dataclass
+class VerifyTally:
+    """Per request (by index), the verify steps its finished decode runs took and the tokens
+    they emitted: what acceptance by request kind is measured from."""
+
+    steps: npt.NDArray[np.int64]
+    emitted: npt.NDArray[np.int64]
+
+    @classmethod
+    def empty(cls, n: int) -> VerifyTally:
+        return cls(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
+
+    def add(self, r: Request) -> None:
+        self.steps[r.index] += r.spec_verify_steps
+        self.emitted[r.index] += r.spec_verify_emitted
+
+
+def _source(c: SpeculativeConfig, kind: str) -> str | None:
+    if c.preset is None:
+        return None
+    row = preset_row(c.preset, kind)
+    return f"{row.source}, {row.dataset} ({row.checkpoint})"
+
+
+def acceptance_by_kind(
+    spec: SpeculativeEngine, d: SpecDecoding, stream: RequestStream, tally: VerifyTally
+) -> dict[str, dict[str, Any]]:
+    """Measured beside expected acceptance for each traffic kind the requests carry."""
+    codes = np.full(len(stream), -1, dtype=np.int64) if stream.kind is None else stream.kind
+    own = WORKLOAD_KINDS.index(spec.kind)
+    codes = np.where(codes < 0, own, codes)
+    out: dict[str, dict[str, Any]] = {}
+    for code in np.unique(codes):
+        name = WORKLOAD_KINDS[int(code)]
+        mine = codes == code
+        steps = int(tally.steps[mine].sum())
+        rates = d.kind_rates[int(code)] if d.kind_rates is not None else spec.rates
+        out[name] = {
+            "requests": int(np.count_nonzero(mine)),
+            "verify_steps": steps,
+            "acceptance_rates": list(rates),
+            "acceptance_length_expected": acceptance_length_of(rates),
+            "acceptance_length_mean": int(tally.emitted[mine].sum()) / steps if steps else None,
+            "preset_source": _source(spec.config, name),
+        }
+    return out
+
+
 def speculative_stats(
-    spec: SpeculativeEngine | None, cfg: SchedulerConfig, replicas: list[Replica]
+    spec: SpeculativeEngine | None,
+    cfg: SchedulerConfig,
+    replicas: list[Replica],
+    stream: RequestStream,
+    tally: VerifyTally,
 ) -> dict[str, Any] | None:
     """The result's `speculative` block: what the simulation measured, beside what it assumed."""
     if spec is None or cfg.speculative is None:
@@ -127,23 +214,24 @@ def speculative_stats(
     gpu = sum(r.gpu_s for r in replicas)
     draft = sum(r.draft_gpu_s for r in replicas)
     c = spec.config
-    source = None
-    if c.preset is not None:
-        row = preset_row(c.preset, spec.kind)
-        source = f"{row.source}, {row.dataset} ({row.checkpoint})"
+    by_kind = acceptance_by_kind(spec, d, stream, tally)
+    expected = spec.expected_acceptance_length
+    if d.kind_rates is not None and len(stream):
+        expected = mixed_acceptance_length(stream, spec.rates, d.kind_rates)
     return {
         "method": c.method,
         "num_speculative_tokens": c.num_speculative_tokens,
         "policy": c.policy,
-        "workload_kind": spec.kind,
+        "workload_kind": next(iter(by_kind)) if len(by_kind) == 1 else "mixed",
         "acceptance_rates": list(spec.rates),
-        "acceptance_length_expected": spec.expected_acceptance_length,
+        "acceptance_length_expected": expected,
         "acceptance_length_mean": emitted / seqs if seqs else None,
+        "acceptance_by_kind": by_kind,
         "draft_share_of_gpu_time": draft / gpu if gpu > 0 else 0.0,
         "verify_share_of_gpu_time": (gpu - draft) / gpu if gpu > 0 else 0.0,
         "crossover_batch": d.crossover_batch,
         "crossover_context_tokens": d.crossover_context_tokens,
         "policy_switches": sum(r.sched.spec_switches for r in replicas),
         "draft_weights_gb_per_gpu": spec.draft_weights_bytes_per_gpu / 1e9,
-        "preset_source": source,
+        "preset_source": _source(c, spec.kind),
     }

@@ -36,12 +36,12 @@ def emission_pmf(rates: tuple[float, ...]) -> list[float]:
     return pmf
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # an array field: compare by identity
 class SpecDecoding:
     """How one replica speculates: k drafts, their acceptance, and the auto-policy cut-off."""
 
     k: int
-    rates: tuple[float, ...]
+    rates: tuple[float, ...]  # per-position acceptance of requests of the workload's own kind
     seed: int
     off_above_batch: int | None = None  # policy auto: no drafts while more decoders than this
     crossover_batch: int | None = None  # smallest batch where drafting stops paying (None: never)
@@ -49,10 +49,21 @@ class SpecDecoding:
     # DSpark: the verify length follows the drafter's confidence, a variable k per sequence
     # and step (see `drafts_verified`); every other method verifies all k drafts.
     confidence_scheduled: bool = False
+    # Mixed traffic: per-position rates by kind code (WORKLOAD_KINDS order) and each request's
+    # code, by request index (-1: `rates`). None: every request draws from `rates`.
+    kind_rates: tuple[tuple[float, ...], ...] | None = None
+    request_kind: IntArray | None = None
 
     @property
     def mean_emitted(self) -> float:
-        return sum((j + 1) * p for j, p in enumerate(emission_pmf(self.rates)))
+        return mean_emitted(self.rates)
+
+    def rates_of(self, request: int) -> tuple[float, ...]:
+        """The per-position rates request `request` draws its acceptance from."""
+        if self.request_kind is None or self.kind_rates is None:
+            return self.rates
+        code = int(self.request_kind[request])
+        return self.rates if code < 0 else self.kind_rates[code]
 
     def drafts_verified(self, emitted: IntArray, k_on: bool) -> IntArray:
         """Drafts each step verifies. Fixed k, or under confidence scheduling the prefix up to
@@ -70,13 +81,15 @@ class SpecDecoding:
         last step emits only what is left: generation stops at the output length)."""
         if not k_on or remaining <= 1:
             return np.ones(remaining, dtype=np.int64)
+        rates = self.rates_of(request)
+        per_step = mean_emitted(rates)
         rng = np.random.default_rng((self.seed, request, epoch))
-        cdf = np.cumsum(emission_pmf(self.rates))
+        cdf = np.cumsum(emission_pmf(rates))
         cdf[-1] = 1.0
         parts: list[IntArray] = []
         total = 0
         while total < remaining:
-            n = math.ceil((remaining - total) / self.mean_emitted * 1.1) + 8
+            n = math.ceil((remaining - total) / per_step * 1.1) + 8
             e = np.searchsorted(cdf, rng.random(n), side="right").astype(np.int64) + 1
             parts.append(e)
             total += int(e.sum())
@@ -86,6 +99,23 @@ class SpecDecoding:
         e = e[:steps].copy()
         e[-1] = remaining - (int(cum[steps - 2]) if steps > 1 else 0)
         return e
+
+
+def mean_emitted(rates: tuple[float, ...]) -> float:
+    return sum((j + 1) * p for j, p in enumerate(emission_pmf(rates)))
+
+
+def close_decode_run(r: Request, step: int) -> None:
+    """r leaves the decode set at global `step`: keep what its run emitted (for token times)
+    and tally its verify steps and their tokens (for acceptance by request kind)."""
+    n = step - r.decode_start_step
+    done = np.diff(r.spec_cum)[:n]
+    if done.size:
+        r.spec_done = [*(r.spec_done or ()), done]
+        verified = r.spec_drafts[:n] > 0
+        r.spec_verify_steps += int(np.count_nonzero(verified))
+        r.spec_verify_emitted += int(done[verified].sum())
+    r.spec_cum = None
 
 
 class SpecSchedule:

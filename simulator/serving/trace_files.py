@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.errors import InputError
+from simulator.inputs.speculative import WORKLOAD_KINDS
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -106,6 +107,28 @@ class _TraceRows:
     inputs: list[int]
     outputs: list[int]
     bad: list[tuple[int, str]]  # (line number, reason)
+    kinds: list[int] | None  # optional `kind` column: code into WORKLOAD_KINDS, -1 for blank
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A trace's requests in time order, and the line numbers of the bad rows it skipped."""
+
+    arrival_s: FloatArray
+    input_tokens: IntArray
+    output_tokens: IntArray
+    bad_lines: list[int]
+    kind: IntArray | None  # per request, a code into WORKLOAD_KINDS (-1: blank); None: no column
+
+
+def _kind_code(text: str) -> int:
+    """'code' -> its index in WORKLOAD_KINDS; '' -> -1 (the workload's kind applies)."""
+    name = text.strip()
+    if not name:
+        return -1
+    if name not in WORKLOAD_KINDS:
+        raise ValueError(f"kind {name!r} is not one of {', '.join(WORKLOAD_KINDS)}")
+    return WORKLOAD_KINDS.index(name)
 
 
 def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _TraceRows:
@@ -120,7 +143,8 @@ def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _Tra
             f"{','.join(_AZURE)} (got {','.join(header) or 'an empty file'})"
         )
     i_time, i_in, i_out = (header.index(name) for name in names)
-    rows = _TraceRows(azure, [], [], [], [], [])
+    i_kind = header.index("kind") if "kind" in header else None
+    rows = _TraceRows(azure, [], [], [], [], [], [] if i_kind is not None else None)
     for row in reader:
         if not row or all(not cell.strip() for cell in row):
             continue  # blank line
@@ -143,6 +167,7 @@ def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _Tra
                     f"{names[1]} {n_in} + {names[2]} {n_out} = {n_in + n_out} passes the "
                     f"context window of {max_model_len} tokens"
                 )
+            kind = _kind_code(row[i_kind]) if i_kind is not None else -1
         except ValueError as exc:
             reason = str(exc)
             if "could not convert" in reason or "Invalid isoformat" in reason:
@@ -153,6 +178,8 @@ def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _Tra
         rows.fractions.append(frac)
         rows.inputs.append(n_in)
         rows.outputs.append(n_out)
+        if rows.kinds is not None:
+            rows.kinds.append(kind)
     return rows
 
 
@@ -163,13 +190,28 @@ def load_trace(
     skip_bad_rows: bool = False,
     max_model_len: int | None = None,
 ) -> tuple[FloatArray, IntArray, IntArray, list[int]]:
-    """Read a request trace CSV: (arrival_s, input_tokens, output_tokens, bad row line numbers).
+    """Read a request trace CSV: (arrival_s, input_tokens, output_tokens, bad row line numbers)."""
+    t = read_trace(path, base_dir, time_scale, skip_bad_rows, max_model_len)
+    return t.arrival_s, t.input_tokens, t.output_tokens, t.bad_lines
+
+
+def read_trace(
+    path: str | Path,
+    base_dir: Path | None = None,
+    time_scale: float = 1.0,
+    skip_bad_rows: bool = False,
+    max_model_len: int | None = None,
+) -> Trace:
+    """Read a request trace CSV.
 
     Two layouts, told apart by the header: `arrival_s,input_tokens,output_tokens` (seconds, used
     as given) or the Azure LLM inference trace `TIMESTAMP,ContextTokens,GeneratedTokens`
     (datetimes, made relative to the earliest row). Extra columns are ignored. Times are
-    multiplied by `time_scale` and rows sorted by time (stable). Bad rows (wrong column count,
-    non-numeric, tokens below 1, unparsable time, prompt + output past `max_model_len`) raise
+    multiplied by `time_scale` and rows sorted by time (stable). An optional `kind` column
+    (chat, code, math, summarization; blank for the workload's own) gives each request the
+    traffic kind its speculative acceptance is drawn for. Bad rows (wrong column count,
+    non-numeric, tokens below 1, unparsable time, prompt + output past `max_model_len`, an
+    unknown kind) raise
     an InputError naming their lines, unless `skip_bad_rows`: then they are dropped and their
     line numbers returned.
     """
@@ -204,9 +246,11 @@ def load_trace(
         t = np.asarray(rows.seconds, dtype=np.float64)
     t = t * time_scale
     order = np.argsort(t, kind="stable")
-    return (
+    kinds = np.asarray(rows.kinds, dtype=np.int64)[order] if rows.kinds is not None else None
+    return Trace(
         t[order],
         np.asarray(rows.inputs, dtype=np.int64)[order],
         np.asarray(rows.outputs, dtype=np.int64)[order],
         [line for line, _ in bad],
+        kinds,
     )

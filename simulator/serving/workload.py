@@ -31,10 +31,11 @@ from simulator.inputs.scenario import (
     TraceArrival,
     UniformLengths,
 )
+from simulator.inputs.speculative import WORKLOAD_KINDS
 from simulator.serving.trace_files import (
     MAX_BAD_ROWS_SHOWN,
     csv_column,
-    load_trace,
+    read_trace,
     resolve_path,
 )
 
@@ -53,6 +54,9 @@ class RequestStream:
     output_tokens: IntArray
     priority: IntArray  # lower is served first (vLLM convention)
     closed_loop_concurrency: int | None = None
+    # Per request, its traffic kind as a code into WORKLOAD_KINDS (-1: the workload's kind);
+    # None when no request carries its own (a trace `kind` column or `workload.kind_mix`).
+    kind: IntArray | None = None
 
     def __len__(self) -> int:
         return len(self.input_tokens)
@@ -182,17 +186,22 @@ def build_stream(
     """The scenario's requests, and warnings worth showing (skipped trace rows, short trace).
 
     One generator, `default_rng(workload.seed)`, drawn in a fixed order: arrivals, input
-    lengths, output lengths, priorities. Trace arrivals take times and lengths from the file
-    (the first `num_requests` rows by time) and draw only priorities; a trace row whose prompt
-    + output passes `max_model_len` is a bad row.
+    lengths, output lengths, priorities, then kinds (only with `kind_mix`). Trace arrivals
+    take times, lengths and any `kind` column from the file (the first `num_requests` rows by
+    time) and draw only priorities; a trace row whose prompt + output passes `max_model_len`
+    is a bad row.
     """
     w = scenario.workload
     rng = np.random.default_rng(w.seed)
     warnings: list[str] = []
     concurrency: int | None = None
+    kind: IntArray | None = None
     if isinstance(w.arrival, TraceArrival):
-        arrival_s, inputs, outputs, bad = load_trace(
+        trace = read_trace(
             w.arrival.path, base_dir, w.arrival.time_scale, skip_bad_rows, max_model_len
+        )
+        arrival_s, inputs, outputs, bad = (
+            trace.arrival_s, trace.input_tokens, trace.output_tokens, trace.bad_lines
         )
         if bad:
             lines = ", ".join(str(b) for b in bad[:MAX_BAD_ROWS_SHOWN])
@@ -208,6 +217,7 @@ def build_stream(
             )
         n = min(len(arrival_s), w.num_requests)
         arrival_s, inputs, outputs = arrival_s[:n], inputs[:n], outputs[:n]
+        kind = trace.kind[:n] if trace.kind is not None else None
     else:
         if w.input_tokens is None or w.output_tokens is None:  # the schema forbids this
             raise ValueError("input_tokens and output_tokens are required without a trace")
@@ -223,11 +233,16 @@ def build_stream(
         p = np.asarray(w.priorities.weights, dtype=np.float64)
         values = np.asarray(w.priorities.values, dtype=np.int64)
         priority = rng.choice(values, size=n, p=p / p.sum()).astype(np.int64)
+    if w.kind_mix is not None:
+        codes = np.asarray([WORKLOAD_KINDS.index(k) for k in w.kind_mix], dtype=np.int64)
+        weights = np.asarray(list(w.kind_mix.values()), dtype=np.float64)
+        kind = rng.choice(codes, size=n, p=weights / weights.sum()).astype(np.int64)
     stream = RequestStream(
         arrival_s=arrival_s,
         input_tokens=inputs,
         output_tokens=outputs,
         priority=priority,
         closed_loop_concurrency=concurrency,
+        kind=kind,
     )
     return stream, warnings
