@@ -37,7 +37,7 @@ def _n(r: Row, column: str) -> float:
 def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]) -> None:
     main(["lesson"])
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names == ["batch-size", "tp-vs-dp", "jagged"]
+    assert names == ["batch-size", "tp-vs-dp", "quantization", "jagged"]
 
 
 def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -90,6 +90,40 @@ def test_tp_wins_latency_and_attention_dp_wins_throughput(runs: dict) -> None:
     assert _n(at(lo, 1), "tpot_s.p50") < _n(at(lo, 8), "tpot_s.p50")
     assert (_n(at(hi, 8), "output_tokens_per_s_per_gpu")
             > _n(at(hi, 1), "output_tokens_per_s_per_gpu"))
+
+
+def test_quantization_fp8_pays_on_both_fp4_only_on_b200(runs: dict) -> None:
+    headlines, page = runs["quantization"]
+    rows = _rows(page)
+    load = "workload.arrival.concurrency"
+    lo, hi = min(_n(r, load) for r in rows), max(_n(r, load) for r in rows)
+
+    def at(gpu: str, weights: str, kv: str, c: float) -> Row:
+        return next(r for r in rows if r["hardware.gpu"] == gpu and _n(r, load) == c
+                    and r["deployment.precision.weights"] == weights
+                    and r["deployment.precision.kv_cache"] == kv)
+
+    tps = "output_tokens_per_s_per_gpu"
+    for gpu in ("h100-sxm", "b200"):
+        # FP8 W8A8 halves the weight bytes and doubles the tensor-core rate: faster everywhere.
+        assert _n(at(gpu, "fp8", "bf16", hi), tps) > 1.2 * _n(at(gpu, "bf16", "bf16", hi), tps)
+        assert (_n(at(gpu, "fp8", "bf16", lo), "tpot_s.p50")
+                < _n(at(gpu, "bf16", "bf16", lo), "tpot_s.p50"))
+    # B200 multiplies FP4 natively: more tokens per GPU at high load and a faster prefill.
+    gain_b200 = _n(at("b200", "nvfp4", "fp8", hi), tps) / _n(at("b200", "fp8", "fp8", hi), tps)
+    assert gain_b200 > 1.15
+    assert (_n(at("b200", "nvfp4", "fp8", lo), "ttft_s.p50")
+            < 0.9 * _n(at("b200", "fp8", "fp8", lo), "ttft_s.p50"))
+    # H100 dequantizes FP4 to FP8: the compute-bound prefill does not speed up, nor (within 5 %)
+    # the high-load decode; only the weight stream of a small batch shrinks.
+    h100 = _n(at("h100-sxm", "nvfp4", "fp8", hi), tps) / _n(at("h100-sxm", "fp8", "fp8", hi), tps)
+    assert h100 < 1.05 and h100 < gain_b200
+    assert (_n(at("h100-sxm", "nvfp4", "fp8", lo), "ttft_s.p50")
+            >= 0.99 * _n(at("h100-sxm", "fp8", "fp8", lo), "ttft_s.p50"))
+    # Quality: the published FP8 figure is quoted, the unpublished ones are called unknown.
+    text = " ".join(headlines)
+    assert "fp8/fp8/bf16 -0." in text and "Unknown for" in text
+    assert "unknown" in page.read_text()
 
 
 def test_jagged_finds_the_kv_cliff(runs: dict) -> None:

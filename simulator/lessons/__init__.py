@@ -1,9 +1,9 @@
 """Lessons: one sweep per trade-off, each with a page that explains its own numbers."""
 
-from simulator.lessons import batch_size, jagged, tp_vs_dp
+from simulator.lessons import batch_size, jagged, quantization, tp_vs_dp
 from simulator.lessons.core import Lesson, run_lesson
 
-# In teaching order. quantization, speculative and disaggregation join when they are written.
+# In teaching order. speculative and disaggregation join when they are written.
 LESSONS: dict[str, Lesson] = {
     "batch-size": Lesson(
         "batch-size",
@@ -15,6 +15,13 @@ LESSONS: dict[str, Lesson] = {
         "Tensor parallelism for low latency (collectives over NVLink), attention data "
         "parallelism for total throughput (per-request speed sacrificed), on an MoE model.",
         "deployment.attention_data_parallel", tp_vs_dp.analyze, quick_requests=128),
+    "quantization": Lesson(
+        "quantization",
+        "BF16 → FP8 → NVFP4/MXFP4 weights, activations and KV cache on H100 (no FP4 tensor "
+        "cores) and B200 (FP4 tensor cores), each format with its published quality delta.",
+        "deployment.precision.weights", quantization.analyze, quick_keep=4,
+        quick_requests=384, rerun=("model=llama-3.1-8b", "deployment.tensor_parallel=1"),
+        facet_by="hardware.gpu"),
     "jagged": Lesson(
         "jagged",
         "The frontier is jagged: one small step (a few more users than the KV cache holds) "

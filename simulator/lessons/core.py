@@ -44,6 +44,8 @@ class Lesson:
     analyze: Callable[[list[Row], Mapping[str, Any], Path], Findings]  # rows, spec, out dir
     quick_keep: int = 3  # values kept per swept axis under --quick (ends and middle)
     quick_requests: int = QUICK_REQUESTS
+    rerun: tuple[str, ...] = ("hardware.gpu=b200",)  # the --set the page suggests
+    facet_by: str | None = None  # one "Frontier by color_by" figure per value of this key
 
 
 def lesson_file(name: str) -> Path:
@@ -105,17 +107,18 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     if not good:
         raise InputError(f"lesson {lesson.name}: no point simulated; see {out_dir}/results.csv")
     found = lesson.analyze(good, spec, out_dir)
-    rerun = " ".join(["frontier lesson", lesson.name, *(f"--set {o}" for o in overrides),
-                      "--set hardware.gpu=b200" if not overrides else ""]).strip()
+    rerun = " ".join(["frontier lesson", lesson.name,
+                      *(f"--set {o}" for o in (overrides or lesson.rerun))])
     sections = [Section("What this run shows", " ".join(found.headlines))]
     sections.append(Section(
         "Frontier", "Output tokens/s per GPU against output tokens/s per user (p50), the "
         "convention of the field: up is cheaper, right is faster for each user.",
         frontier_figure(rows, axes, DEFAULT_X, DEFAULT_Y)))
     if lesson.color_by in axes:
-        sections.append(Section(
-            f"Frontier by {lesson.color_by}", "Each value with its own frontier line.",
-            split_figure(rows, axes, lesson.color_by, DEFAULT_X, DEFAULT_Y)))
+        for where, members in facets(rows, lesson.facet_by if lesson.facet_by in axes else None):
+            sections.append(Section(
+                f"Frontier by {lesson.color_by}{where}", "Each value with its own frontier line.",
+                split_figure(members, axes, lesson.color_by, DEFAULT_X, DEFAULT_Y)))
     sections.extend(found.extra)
     items = []
     for r in found.breakdown_points:
@@ -133,6 +136,16 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     page = out_dir / "report.html"
     write_atomic(page, render_page(f"Lesson: {lesson.name}", lesson.summary, sections))
     return found.headlines, page
+
+
+def facets(rows: Sequence[Row], key: str | None) -> list[tuple[str, list[Row]]]:
+    """(" on key=value", its rows) per value of `key` in first-seen order; one group if None."""
+    if key is None:
+        return [("", list(rows))]
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(str(r.get(key)), []).append(r)
+    return [(f" on {key.split('.')[-1]}={v}", members) for v, members in groups.items()]
 
 
 def col(r: Row, column: str) -> float:
