@@ -37,6 +37,10 @@ def validate(
     from simulator.validation.rows import load_rows
     from simulator.validation.runner import (
         REPORT,
+        TARGET_MEDIAN,
+        TARGET_P90,
+        band_text,
+        fmt_value,
         report_markdown,
         run_validation,
         write_baseline,
@@ -56,17 +60,33 @@ def validate(
     rows = [
         [
             r["id"],
-            f"{r['measured']:.4g}",
-            f"{r['predicted']:.4g}",
+            fmt_value(r["measured"], r["unit"]),
+            fmt_value(r["predicted"], r["unit"]),
             f"{r['error']:+.1%}",
-            "" if r["low"] is None else f"{r['low']:.4g}-{r['high']:.4g}",
+            band_text(r),
         ]
         for r in result["rows"]
     ]
     click.echo(table(["row", "measured", "predicted", "error", "band"], rows))
+    per_metric = [
+        [
+            g,
+            str(st["rows"]),
+            f"{st['median_abs_error']:.1%}",
+            f"{st['p90_abs_error']:.1%}",
+            "met"
+            if st["median_abs_error"] <= TARGET_MEDIAN and st["p90_abs_error"] <= TARGET_P90
+            else "missed",
+        ]
+        for g, st in result["groups"].get("measures", {}).items()
+    ]
+    click.echo("")
+    target = f"target (median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%})"
+    click.echo(table(["measures", "rows", "median |err|", "p90 |err|", target], per_metric))
     stats = [
         [f"{g}={v}", str(st["rows"]), f"{st['median_abs_error']:.1%}", f"{st['p90_abs_error']:.1%}"]
         for g, groups in result["groups"].items()
+        if g != "measures"
         for v, st in groups.items()
     ]
     click.echo("")

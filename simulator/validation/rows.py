@@ -45,13 +45,20 @@ class Row:
         tp = int(f["tensor_parallel"])
         replicas = int(f["replicas"] or 1)
         seqs, tokens = int(f["max_num_seqs"]), int(f["max_num_batched_tokens"])
+        deployment: dict[str, Any] = {
+            "replicas": replicas,
+            "tensor_parallel": tp,
+        }
+        if f.get("expert_parallel"):
+            deployment["expert_parallel"] = int(f["expert_parallel"])
+        if f.get("gpu_memory_utilization"):
+            deployment["gpu_memory_utilization"] = float(f["gpu_memory_utilization"])
         return {
             "name": self.id,
             "model": self.model,
             "hardware": {"gpu": self.gpu, "gpus_per_node": tp * replicas},
             "deployment": {
-                "replicas": replicas,
-                "tensor_parallel": tp,
+                **deployment,
                 "precision": {
                     "weights": f["weights"],
                     "activations": f["activations"],
@@ -62,12 +69,46 @@ class Row:
             },
             "workload": {
                 "arrival": arrival,
-                "input_tokens": {"kind": "fixed", "value": int(f["input_tokens"])},
-                "output_tokens": {"kind": "fixed", "value": int(f["output_tokens"])},
+                "input_tokens": self._lengths(int(f["input_tokens"])),
+                "output_tokens": self._lengths(int(f["output_tokens"])),
                 "num_requests": int(f["num_requests"]),
                 "seed": 0,
             },
         }
+
+
+    def _lengths(self, nominal: int) -> dict[str, Any]:
+        """Fixed lengths, or uniform on [ratio x nominal, nominal] where the benchmark drew them
+        so (InferenceX's benchmark_serving.py sample_uniform with --random-range-ratio)."""
+        ratio = self.fields.get("length_min_ratio")
+        if not ratio:
+            return {"kind": "fixed", "value": nominal}
+        return {"kind": "uniform", "min": int(nominal * float(ratio)), "max": nominal}
+
+
+def metric_value(result: dict[str, Any], metric: str) -> float:
+    """One scored figure of a result: a flat key, a dotted percentile key (`ttft_s.mean`), or
+    total_tokens_per_s_per_gpu (input + output tokens per second over the GPUs, the
+    InferenceX dashboard's `Tput/GPU`)."""
+    if metric == "total_tokens_per_s_per_gpu":
+        total = result["input_tokens_per_s"] + result["output_tokens_per_s"]
+        return float(total / result["num_gpus"])
+    value: Any = result
+    for part in metric.split("."):
+        value = value[part]
+    return float(value)
+
+
+def metric_class(metric: str) -> str:
+    """What a metric measures, for the per-metric error table: TTFT, TPOT, throughput (tokens
+    per second, per GPU or in all) or a ratio (speed-ups, goodput ratios)."""
+    if metric.startswith("ttft"):
+        return "TTFT"
+    if metric.startswith("tpot"):
+        return "TPOT"
+    if "tokens_per_s" in metric:
+        return "throughput"
+    return "ratio"
 
 
 def load_rows(path: Path = DATA) -> list[Row]:
@@ -87,7 +128,7 @@ def load_rows(path: Path = DATA) -> list[Row]:
                     tolerance_pct=float(r["tolerance_pct"] or 3),
                     pending=r["pending"],
                     note=r["note"],
-                    fields=dict(r),
+                    fields={k: v or "" for k, v in r.items()},
                 )
             )
     return out

@@ -41,14 +41,12 @@ def perturbed(hw: Hardware, direction: int) -> Hardware:
     return dataclasses.replace(hw, **changes)
 
 
-def simulate_band(loaded: Any, metric: str) -> tuple[float, float, float]:
-    """(nominal, low, high) of one flat result key; low/high sorted whatever the metric."""
+def simulate_profiles(loaded: Any, band: bool) -> list[dict[str, Any]]:
+    """The result dicts of the nominal profile and, with `band`, the pessimistic and optimistic
+    ones after it (several rows score different keys of one run)."""
     import simulator
 
+    if not band:
+        return [simulator.simulate(loaded).to_dict()]
     hw = load_hardware(loaded.scenario.hardware.gpu)
-    values = [
-        float(simulator.simulate(loaded, hardware=perturbed(hw, d)).to_dict()[metric])
-        for d in (0, -1, 1)
-    ]
-    nominal, a, b = values
-    return nominal, min(a, b), max(a, b)
+    return [simulator.simulate(loaded, hardware=perturbed(hw, d)).to_dict() for d in (0, -1, 1)]
