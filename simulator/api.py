@@ -21,6 +21,8 @@ from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
 from simulator.quality.of_scenario import scenario_quality
 from simulator.serving.engine_build import Engine, build_engine
+from simulator.serving.estimate import Estimate
+from simulator.serving.estimate import estimate as estimate_scenario
 from simulator.serving.kv_load import kv_chain_summary
 from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
 from simulator.serving.pool_stats import pool_summary
@@ -186,4 +188,22 @@ def simulate(
     return result
 
 
-__all__ = ["Engine", "LoadedScenario", "Result", "load_scenario", "simulate"]
+def estimate(
+    scenario: LoadedScenario | Scenario | str | Path | Mapping[str, Any],
+    *,
+    skip_bad_rows: bool = False,
+) -> Estimate:
+    """The closed-form steady-state estimate of a scenario (serving/estimate.py): the same step
+    cost as `simulate`, no event simulation; milliseconds, not minutes, for a sweep screen."""
+    if isinstance(scenario, Scenario):
+        loaded = LoadedScenario(scenario, None)
+    else:
+        loaded = load_scenario(scenario)
+    s, base_dir = loaded.scenario, loaded.base_dir
+    engine = loaded.engine if loaded.engine is not None else build_engine(s, base_dir)
+    stream, _ = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
+    return estimate_scenario(s, engine, stream)
+
+
+__all__ = ["Engine", "Estimate", "LoadedScenario", "Result", "estimate", "load_scenario",
+           "simulate"]

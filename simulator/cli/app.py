@@ -13,6 +13,7 @@ import click
 from simulator.cli.bench import bench, bench_scale
 from simulator.cli.catalogs import hardware, models, scenarios
 from simulator.cli.common import USER_ERRORS
+from simulator.cli.estimate import estimate
 from simulator.cli.explain import explain
 from simulator.cli.lesson import lesson
 from simulator.cli.simulate import simulate
@@ -39,8 +40,8 @@ def cli(hardware_paths: tuple[str, ...]) -> None:
         os.environ["FRONTIER_HARDWARE_PATH"] = os.pathsep.join([*parts, *hardware_paths])
 
 
-for _command in (explain, hardware, models, scenarios, simulate, bench, bench_scale, validate,
-                 lesson):
+for _command in (explain, hardware, models, scenarios, simulate, estimate, bench, bench_scale,
+                 validate, lesson):
     cli.add_command(_command)
 register(cli)
 

@@ -1,0 +1,384 @@
+"""Closed-form estimate of a scenario, before (or instead of) its simulation.
+
+The fluid steady state of `steady_state` on each scheduling unit of the deployment, with
+queueing waits from the standard approximations, turned into the result's own metrics
+(client-side TTFT, TPOT, tokens/s per GPU and per user) and, for the sweep screen, the values
+a run of this scenario's `num_requests` requests would report (a finite run also spends the
+time its last requests take to drain). What it leaves to the simulation is said in `NOT_MODELLED`
+and, per scenario, in `notes`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator.engines.style import FrontEnd
+from simulator.inputs.deployment import DisaggregatedDeployment
+from simulator.inputs.scenario import (
+    ClosedLoopArrival,
+    ConstantArrival,
+    GammaArrival,
+    OfflineArrival,
+    Scenario,
+)
+from simulator.serving.engine_build import Engine
+from simulator.serving.ranks_setup import replicas_per_engine
+from simulator.serving.steady_state import (
+    Operating,
+    Traffic,
+    Unit,
+    batch_limit,
+    batch_p99,
+    capacity,
+    decode_steps,
+    kingman_wait_s,
+    kv_batch_limit,
+    prefill_capacity_per_s,
+    seat_wait_s,
+    solve_population,
+    solve_rate,
+    tail_s,
+)
+from simulator.serving.unit_build import make_unit
+from simulator.serving.workload import RequestStream
+
+NOT_MODELLED = (
+    "queueing tails beyond the exponential-tail approximation (bursts, head-of-line blocking "
+    "behind long prompts)",
+    "preemption and recompute when on-demand KV runs out (the estimate caps the batch at the "
+    "KV cache instead)",
+    "the batch's ups and downs step by step (the estimate uses its mean, and a Poisson spread "
+    "for TPOT p99)",
+    "the start-up burst and end-of-run drain except as one correction to the run's throughput",
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The fluid estimate of one scenario (seconds; `to_dict` gives milliseconds)."""
+
+    kind: str  # how the deployment was modelled
+    stable: bool  # the offered load is below capacity
+    limit: str  # what caps the batch at capacity
+    units: int  # schedulers the load spreads over
+    rate_per_s: float  # requests/s served (closed loop: what the concurrency drives)
+    capacity_per_s: float  # most requests/s the deployment sustains
+    batch: float  # mean decode batch per unit
+    batch_limit: float  # largest mean batch per unit
+    kv_limit_seqs: float  # sequences the KV cache holds per unit at the mean footprint
+    kv_capacity_tokens: int  # per unit
+    step_s: float
+    tpot_p50_s: float
+    tpot_p99_s: float
+    ttft_mean_s: float
+    ttft_p99_s: float
+    queue_mean_s: float
+    output_tokens_per_s: float
+    output_tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_user_p50: float
+    run_output_tokens_per_s_per_gpu: float  # over num_requests, drain included
+    num_gpus: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        ms = 1e3
+        return {
+            "kind": self.kind, "stable": self.stable, "limit": self.limit, "units": self.units,
+            "requests_per_s": self.rate_per_s, "capacity_requests_per_s": self.capacity_per_s,
+            "batch": self.batch, "batch_limit": self.batch_limit,
+            "kv_limit_seqs": self.kv_limit_seqs, "kv_capacity_tokens": self.kv_capacity_tokens,
+            "step_ms": self.step_s * ms,
+            "tpot_ms": {"p50": self.tpot_p50_s * ms, "p99": self.tpot_p99_s * ms},
+            "ttft_ms": {"mean": self.ttft_mean_s * ms, "p99": self.ttft_p99_s * ms},
+            "queue_mean_ms": self.queue_mean_s * ms,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
+            "output_tokens_per_s_per_user_p50": self.output_tokens_per_s_per_user_p50,
+            "run_output_tokens_per_s_per_gpu": self.run_output_tokens_per_s_per_gpu,
+            "num_gpus": self.num_gpus, "notes": list(self.notes),
+            "not_modelled": list(NOT_MODELLED),
+        }
+
+
+def traffic_of(stream: RequestStream, decode_pool: bool = False,
+               reserve_full: bool = False) -> Traffic:
+    """The moments of the request stream the fluid model needs."""
+    i = stream.input_tokens.astype(np.float64)
+    o = stream.output_tokens.astype(np.float64)
+    i_mean, o_mean = float(i.mean()), float(o.mean())
+    ctx = float(np.sum(o * (i + o / 2)) / np.sum(o)) if o.sum() > 0 else i_mean
+    held = i_mean + (o_mean if reserve_full else o_mean / 2)
+    gaps = np.diff(stream.arrival_s)
+    gaps = gaps[np.isfinite(gaps)]
+    cv2 = float(gaps.var() / gaps.mean() ** 2) if gaps.size > 1 and gaps.mean() > 0 else 1.0
+    return Traffic(i_mean, o_mean, float(np.percentile(i, 99)), float(np.percentile(o, 10)),
+                   float(i.var() / i_mean**2) if i_mean > 0 else 0.0, cv2, ctx, held)
+
+
+def _arrival_cv2(scenario: Scenario, traffic: Traffic) -> float:
+    a = scenario.workload.arrival
+    if isinstance(a, GammaArrival):
+        return float(a.cv**2)
+    if isinstance(a, ConstantArrival):
+        return 0.0
+    return traffic.arrival_cv2 if a.kind == "trace" else 1.0
+
+
+def _rate_per_s(scenario: Scenario, stream: RequestStream) -> float | None:
+    """Offered requests/s of an open-loop stream (None: closed loop or offline)."""
+    a = scenario.workload.arrival
+    if isinstance(a, ClosedLoopArrival | OfflineArrival):
+        return None
+    rate = getattr(a, "rate_per_s", None)
+    if rate is not None:
+        return float(rate)
+    t = stream.arrival_s
+    span = float(t[-1] - t[0]) if len(t) > 1 else 0.0
+    return (len(t) - 1) / span if span > 0 else None
+
+
+@dataclass(frozen=True)
+class _Side:
+    """One pool of units and its steady state."""
+
+    unit: Unit
+    count: int  # units in the pool
+    op: Operating
+    limit: str
+    cap_per_s: float  # per unit
+    stable: bool
+    seat_wait_s: float = 0.0  # closed loop: wait for a free seat
+
+
+def _open(unit: Unit, traffic: Traffic, count: int, rate: float) -> _Side:
+    top, why = capacity(unit, traffic)
+    per = rate / count
+    op = solve_rate(unit, traffic, per)
+    stable = op is not None
+    return _Side(unit, count, op if op is not None else top, why, top.rate_per_s, stable)
+
+
+def _queue(side: _Side, traffic: Traffic, cv2: float, rate_per_unit: float,
+           closed: bool = False) -> tuple[float, float]:
+    """(mean, p99) wait before a request's prefill starts on this side: the residual of the
+    step under way, the prefill channel (Kingman) and the batch seats (Allen-Cunneen). A
+    closed loop sends a request only when one finishes: no random queue, the residual only."""
+    op, unit = side.op, side.unit
+    if not side.stable:
+        return math.inf, math.inf
+    residual = op.step_s / 2 if not unit.prefills_only else op.prefill_s / 2 * min(
+        1.0, rate_per_unit * op.prefill_s)
+    if closed:
+        return residual, 2 * residual
+    load = op.prefill_load if not unit.prefills_only else rate_per_unit * op.prefill_s
+    w1 = kingman_wait_s(load, op.prefill_s, cv2, traffic.input_cv2)
+    seats = max(1, unit.max_seqs)
+    residence = decode_steps(traffic, unit) * op.step_s + op.prefill_s
+    cap, _ = batch_limit(unit, traffic)
+    p2, w2 = seat_wait_s(seats, min(op.batch / cap, 0.999999), residence, cv2, 0.5) \
+        if not unit.prefills_only and cap > 0 else (0.0, 0.0)
+    mean = residual + w1 + w2
+    p99 = 2 * residual + tail_s(w1, min(1.0, load)) + tail_s(w2, p2)
+    return mean, p99
+
+
+def _tpot(side: _Side, traffic: Traffic) -> tuple[float, float]:
+    """TPOT p50 (the step a decoder sees beside a batch of the mean) and p99 (the batch at its
+    Poisson 99th percentile, and a short request's share of prefill-carrying steps)."""
+    unit, op = side.unit, side.op
+    if unit.prefills_only:
+        return 0.0, 0.0
+    cap, _ = batch_limit(unit, traffic)
+    b50 = min(cap, op.batch + 1) if side.stable else op.batch
+    hi = unit.step_s(max(1.0, batch_p99(op.batch, cap)), 0.0, 0.0, 0.0)
+    extra = op.step_s - op.decode_step_s  # prefill work per step, spread over the steps
+    p50 = unit.step_s(max(1.0, b50), 0.0, 0.0, 0.0) + extra
+    short = max(1.0, traffic.output_p10 - 1)
+    share = min(1.0, extra / max(op.decode_step_s, 1e-12) + 1 / short) if extra > 0 else 0.0
+    p99 = hi + max(extra, share * (op.step_s - op.decode_step_s)) / unit.tokens_per_step
+    return p50 / unit.tokens_per_step, max(p99 / unit.tokens_per_step, p50 / unit.tokens_per_step)
+
+
+def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estimate:
+    """The fluid estimate of `scenario` on `engine` for the requests of `stream`."""
+    dep = scenario.deployment
+    notes: list[str] = []
+    front = engine.style.front_end
+    if isinstance(dep, DisaggregatedDeployment):
+        assert engine.prefill_pool is not None and engine.kv_link is not None
+        pre = engine.prefill_pool
+        t_pre = traffic_of(stream, reserve_full=pre.scheduler.reserve_full)
+        t_dec = traffic_of(stream, True, engine.scheduler.reserve_full)
+        up, per_p = make_unit(pre.replica_model, pre.style, pre.scheduler,
+                              t_pre.decode_context, prefills_only=True)
+        ud, per_d = make_unit(engine.replica_model, engine.style, engine.scheduler,
+                              t_dec.decode_context, decodes_first_token=True)
+        sides = [(up, t_pre, dep.prefill.replicas * per_p),
+                 (ud, t_dec, dep.decode.replicas * per_d)]
+        kind = "disaggregated: prefill pool as batched prefill-only steps, decode pool as " \
+               "decode-only steps, KV transfer between"
+        notes.append("disaggregated: a pool's attention-DP ranks and pipeline stages are "
+                     "costed as one replica's even split")
+    else:
+        traffic = traffic_of(stream, reserve_full=engine.scheduler.reserve_full)
+        tau, k = 1.0, 0
+        model = engine.replica_model
+        if engine.speculative is not None:
+            tau = engine.speculative.expected_acceptance_length
+            k = engine.speculative.config.num_speculative_tokens
+            notes.append(f"speculative: every decode step emits the mean acceptance length "
+                         f"{tau:.2f} tokens, verifying {k} drafts")
+        unit, per = make_unit(model, engine.style, engine.scheduler, traffic.decode_context,
+                              tokens_per_step=tau, verify_tokens=k)
+        count = dep.replicas * replicas_per_engine(dep, engine.arch) * per
+        sides = [(unit, traffic, count)]
+        lay = engine.step_model.layout
+        bits = [f"{count} unit(s)"]
+        if lay.attention_data_parallel > 1:
+            bits.append(f"attention-DP {lay.attention_data_parallel} ranks stepping together, "
+                        f"load split evenly (no rank imbalance)")
+        if lay.pipeline_parallel > 1:
+            bits.append(f"pipeline {lay.pipeline_parallel}: a slot's step every max(latency, "
+                        f"slots x slowest stage)")
+        if not unit.mixes:
+            bits.append("prefill-only steps interleaved, prefill first")
+        kind = "aggregated: " + "; ".join(bits)
+    return _assemble(scenario, engine, stream, sides, kind, notes, front)
+
+
+def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
+              sides_in: list[tuple[Unit, Traffic, int]], kind: str, notes: list[str],
+              front: FrontEnd) -> Estimate:
+    n_req = len(stream)
+    rate = _rate_per_s(scenario, stream)
+    gpus = scenario.num_gpus
+    cv2 = _arrival_cv2(scenario, sides_in[-1][1])
+    client = front.ingest_s + front.first_chunk_s
+    i_mean = sides_in[0][1].input_mean
+    offset_mean = client + front.per_input_token_s * i_mean
+    offset_p99 = client + front.per_input_token_s * sides_in[0][1].input_p99
+    # Capacity of the deployment: the tighter side.
+    caps = []
+    for unit, traffic, count in sides_in:
+        if unit.prefills_only:
+            caps.append(prefill_capacity_per_s(unit, traffic) * count)
+        else:
+            caps.append(capacity(unit, traffic)[0].rate_per_s * count)
+    cap_total = min(caps)
+    population: float | None = None
+    a = scenario.workload.arrival
+    if rate is None:
+        population = float(a.concurrency if isinstance(a, ClosedLoopArrival) else n_req)
+        population = min(population, float(n_req))
+    sides: list[_Side] = []
+    seat_wait = 0.0
+    if population is not None and len(sides_in) == 1:
+        unit, traffic, count = sides_in[0]
+        op, seat_wait = solve_population(unit, traffic, population / count, offset_mean)
+        top, why = capacity(unit, traffic)
+        sides.append(_Side(unit, count, op, why, top.rate_per_s, True, seat_wait))
+        rate = op.rate_per_s * count
+    else:
+        if rate is None:  # closed loop over two pools: drive at the tighter pool's capacity
+            rate = cap_total * 0.999
+            notes.append("closed loop over disaggregated pools: modelled at the tighter "
+                         "pool's capacity")
+        for unit, traffic, count in sides_in:
+            if unit.prefills_only:
+                per = rate / count
+                alone = Operating(0.0, per, 0.0, 0.0,
+                                  capacity(unit, traffic)[0].prefill_s, 0.0)
+                cap_u = prefill_capacity_per_s(unit, traffic)
+                sides.append(_Side(unit, count, alone, "prefill", cap_u, per < cap_u))
+            else:
+                sides.append(_open(unit, traffic, count, rate))
+    stable = all(s.stable for s in sides) and rate <= cap_total * (1 + 1e-9)
+    dec = sides[-1]
+    traffic = sides_in[-1][1]
+    # TTFT: queue + prefill (+ transfer and the first decode step when disaggregated).
+    ttft_mean = ttft_p99 = 0.0
+    queue_mean = 0.0
+    for side, (unit, traffic_s, count) in zip(sides, sides_in, strict=True):
+        if unit.decodes_first_token:
+            link = engine.kv_link
+            assert link is not None
+            pre_s = sides[0].op.prefill_s
+            xfer = link.exposed_s(round(traffic_s.input_mean), pre_s)
+            ttft_mean += xfer + side.op.step_s * 1.5
+            ttft_p99 += link.exposed_s(round(traffic_s.input_p99), pre_s) + side.op.step_s * 2
+            continue
+        q_mean, q_p99 = _queue(side, traffic_s, cv2, rate / count, population is not None)
+        if isinstance(a, OfflineArrival):  # request j of the backlog waits ~ j / rate
+            q_mean += side.seat_wait_s / 2
+            q_p99 += side.seat_wait_s * 0.99
+        else:
+            q_mean += side.seat_wait_s
+            q_p99 += side.seat_wait_s
+        queue_mean += q_mean
+        scale = traffic_s.input_p99 / max(traffic_s.input_mean, 1.0)
+        ttft_mean += q_mean + side.op.prefill_s
+        ttft_p99 += q_p99 + side.op.prefill_s * max(1.0, scale)
+    tpot50, tpot99 = _tpot(dec, traffic)
+    if isinstance(a, ClosedLoopArrival | OfflineArrival) and population is not None:
+        # Everyone arrives at once at the start: the last of the first wave waits for all
+        # their prompts to be prefilled.
+        first = min(population, n_req)
+        burst = first / sides_in[0][2]
+        unit0, t0, _ = sides_in[0]
+        per_s = capacity(unit0, t0)[0]
+        prefill_rate = unit0.budget_tokens / max(
+            unit0.step_s(0.0, float(unit0.budget_tokens), max(1.0, unit0.budget_tokens
+                                                              / t0.input_mean), 0.0), 1e-12)
+        wave = burst * t0.input_mean / prefill_rate
+        if first / n_req >= 0.01:
+            ttft_p99 = max(ttft_p99, wave + per_s.decode_step_s)
+        if first / n_req >= 0.5:
+            ttft_mean = max(ttft_mean, wave / 2)
+    if not stable and population is None and rate > 0:
+        # Overloaded open loop: the backlog grows through the run; request j waits about
+        # j (1/capacity - 1/rate).
+        growth = n_req * max(0.0, 1 / cap_total - 1 / rate)
+        base = sum(s.op.prefill_s for s in sides) + dec.op.step_s
+        ttft_mean, ttft_p99 = base + growth / 2, base + 0.99 * growth
+        drain_ttft = base
+    else:
+        drain_ttft = ttft_mean
+    ttft_mean += offset_mean
+    ttft_p99 += offset_p99
+    out_tok = traffic.output_mean
+    served = min(rate, cap_total)
+    tps = served * out_tok
+    e2e = drain_ttft + offset_mean + decode_steps(traffic, dec.unit) * dec.op.step_s
+    run_tps = _run_throughput(scenario, stream, served, out_tok, e2e, population)
+    cap_b, why = batch_limit(dec.unit, traffic)
+    if dec.unit.kv_tokens < traffic.input_mean + traffic.output_mean:
+        notes.append("the KV cache of one unit holds less than one mean request: requests "
+                     "are refused (requests_dropped), which the estimate does not model")
+        stable = False
+    return Estimate(
+        kind, stable, why if not dec.unit.prefills_only else dec.limit, dec.count, served,
+        cap_total, dec.op.batch, cap_b, kv_batch_limit(dec.unit, traffic),
+        dec.unit.kv_tokens, dec.op.step_s, tpot50, tpot99, ttft_mean,
+        ttft_p99, queue_mean, tps, tps / gpus, 1.0 / tpot50 if tpot50 > 0 else math.inf,
+        run_tps / gpus, gpus, tuple(notes),
+    )
+
+
+def _run_throughput(scenario: Scenario, stream: RequestStream, rate: float, out_tok: float,
+                    e2e_s: float, population: float | None) -> float:
+    """Output tokens/s as the run measures it: all tokens over first arrival to last finish."""
+    n = len(stream)
+    if rate <= 0:
+        return 0.0
+    if population is None:
+        t = stream.arrival_s
+        span = float(t[-1] - t[0]) if n > 1 else 0.0
+        duration = max(span, n / rate) + e2e_s
+    else:  # Little's law over the run: the last wave's drain is inside n / rate
+        del e2e_s
+        duration = n / rate
+    return n * out_tok / duration if duration > 0 else 0.0

@@ -1,0 +1,90 @@
+"""The scheduling units of a built engine, for the fluid model: one per replica, attention-DP
+rank or pipeline slot, each with a step function over the same `StepModel` the simulation
+costs its steps with (plus the engine style's host time)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cost.attention import prefill_pairs
+from simulator.cost.draft import SpeculativeStepModel
+from simulator.cost.pipeline import stage_times
+from simulator.cost.shape import BatchShape
+from simulator.cost.step import StepModel
+from simulator.engines.style import EngineStyle
+from simulator.serving.ranks_setup import microbatch_slots
+from simulator.serving.sched_types import SchedulerConfig
+from simulator.serving.steady_state import StepFn, Unit
+
+
+@dataclass(frozen=True)
+class UnitStep:
+    """A unit's step time: `ranks` attention-DP ranks stepping together (the batch given per
+    rank, costed as the replica's even split) or one of `slots` pipeline micro-batch slots (a
+    slot's step comes round once per max(its latency, slots × the slowest stage))."""
+
+    model: StepModel | SpeculativeStepModel
+    style: EngineStyle
+    decode_context: float
+    ranks: int = 1
+    slots: int = 1
+    verify_tokens: int = 0
+
+    def __call__(self, decode: float, prefill: float, prefill_seqs: float,
+                 offset: float) -> float:
+        r = self.ranks
+        n = round(decode * r)
+        p = round(prefill * r)
+        seqs = prefill_seqs * r
+        chunk = prefill / prefill_seqs if prefill_seqs > 0 else 0.0
+        pairs = seqs * prefill_pairs(round(chunk), round(offset)) if p else 0.0
+        b = BatchShape(
+            prefill_tokens=p,
+            prefill_seqs=max(1, round(seqs)) if p else 0,
+            prefill_attention_pairs=pairs,
+            prefill_context_tokens=round(seqs * offset) if p else 0,
+            prefill_sampled_seqs=max(1, round(seqs)) if p else 0,
+            decode_seqs=n,
+            decode_context_tokens=round(n * self.decode_context),
+            speculative_tokens_per_seq=self.verify_tokens if n else 0,
+        )
+        if self.slots > 1 and isinstance(self.model, StepModel):
+            st = stage_times(self.model, b)
+            gpu = max(st.latency_s, self.slots * max(st.stages_s))
+        else:
+            gpu = self.model.time_s(b)
+        return self.style.step_time_s(gpu, n + max(0, round(seqs)))
+
+
+def make_unit(
+    model: StepModel | SpeculativeStepModel,
+    style: EngineStyle,
+    cfg: SchedulerConfig,
+    decode_context: float,
+    *,
+    tokens_per_step: float = 1.0,
+    verify_tokens: int = 0,
+    decodes_first_token: bool = False,
+    prefills_only: bool = False,
+) -> tuple[Unit, int]:
+    """The unit of one scheduler of this engine, and how many units one replica holds."""
+    target = model.target if isinstance(model, SpeculativeStepModel) else model
+    ranks = target.layout.attention_data_parallel
+    slots = microbatch_slots(target.layout)
+    step: StepFn = UnitStep(model, style, decode_context, ranks, slots, verify_tokens)
+    unit = Unit(
+        step,
+        cfg.max_num_seqs,
+        cfg.max_num_batched_tokens,
+        cfg.num_blocks * cfg.block_size,
+        cfg.mix_prefill_decode and cfg.chunked_prefill,
+        cfg.chunked_prefill,
+        tokens_per_step,
+        verify_tokens,
+        cfg.reserve_full,
+        cfg.block_size,
+        decodes_first_token,
+        prefills_only,
+        ranks,
+    )
+    return unit, ranks * slots

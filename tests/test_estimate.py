@@ -1,0 +1,181 @@
+"""The closed-form steady-state estimate (`frontier estimate`, serving/steady_state.py): the
+fluid arithmetic by hand on the same step cost, agreement with the simulation at low load,
+the KV cache and the capacity as hard limits, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import simulator
+from simulator.cli.app import main
+from simulator.cost.shape import BatchShape
+from simulator.serving.steady_state import (
+    erlang_c,
+    kingman_wait_s,
+    operating_point,
+    solve_rate,
+    tail_s,
+)
+from simulator.serving.unit_build import make_unit
+
+ROOT = Path(__file__).resolve().parent.parent
+CHAT = str(ROOT / "scenarios" / "chat-llama-3.1-8b-h100.yaml")
+FIXED = [
+    "workload.input_tokens={kind: fixed, value: 1000}",
+    "workload.output_tokens={kind: fixed, value: 250}",
+]
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_low_load_fluid_arithmetic_by_hand() -> None:
+    """Llama-3.1-8B BF16 on one H100, 1000 in / 250 out at 0.5 req/s (vLLM style: chunks ride
+    with decodes, host overlapped). A request decodes D = 250 - 1 = 249 steps; at batch B,
+    B / D prompts start per step, each one 1000-token chunk (it fits the 8192 budget), so
+    t(B) = t0 + (B / D)(t1 - t0) and the rate B sustains is B / (D t(B)). Solved for 0.5 req/s:
+    B = 0.5 · 249 · t ≈ 0.9 sequences (t ≈ 7.3 ms), TPOT = t at B+1 decoders."""
+    loaded = simulator.load_scenario(CHAT, [*FIXED, "workload.arrival.rate_per_s=0.5"])
+    engine = loaded.engine
+    assert engine is not None
+    est = simulator.estimate(loaded)
+    m, style = engine.step_model, engine.style
+
+    def step(decode: int, chunk: int) -> float:
+        b = BatchShape.one_chunk(chunk, 0, decode, decode * 1125)  # context 1000 + 250/2
+        return style.step_time_s(m.time_s(b), decode + (1 if chunk else 0))
+
+    d = 249.0
+    b = est.batch
+    t0, t1 = step(1, 0), step(1, 1000)  # a batch below 1 still runs a whole decoder's step
+    t = t0 + b / d * (t1 - t0)
+    assert b / (d * t) == pytest.approx(0.5, rel=2e-3)  # the batch sustains the offered rate
+    assert est.step_s == pytest.approx(t, rel=1e-9)
+    # TPOT: the decoder beside the mean batch of the others (B + 1 ≈ 1.9 → 2 decoders).
+    assert est.tpot_p50_s == pytest.approx(step(2, 0) + (t - t0), rel=1e-9)
+    # TTFT: half a step of residual + the Kingman wait of the prefill channel + one chunk
+    # step + the client front end (tokenize 1000 tokens, emit the first chunk).
+    fe = style.front_end
+    load = b / d * 1000 / (8192 - 1)
+    wait = kingman_wait_s(load, t1, 1.0, 0.0)
+    expect = t / 2 + wait + t1 + fe.ingest_s + fe.first_chunk_s + 1000 * fe.per_input_token_s
+    assert est.ttft_mean_s == pytest.approx(expect, rel=1e-6)
+    # Throughput: 0.5 req/s · 250 tokens = 125 tok/s on one GPU in steady state.
+    assert est.output_tokens_per_s_per_gpu == pytest.approx(125.0, rel=1e-9)
+    assert est.stable and est.limit == "max_num_seqs"
+
+
+@pytest.mark.parametrize("rate", [0.5, 2.0])
+def test_estimate_matches_the_simulation_at_low_load(rate: float) -> None:
+    """Measured at 0.5 and 2 req/s (1000 requests): TPOT p50, per-user tok/s and tok/s per GPU
+    within 1 % of the simulation, mean TTFT within 5 %. Tolerances: 2 % and 10 %."""
+    loaded = simulator.load_scenario(CHAT, [*FIXED, f"workload.arrival.rate_per_s={rate}"])
+    est = simulator.estimate(loaded)
+    sim = simulator.simulate(loaded).to_dict()
+    assert est.tpot_p50_s == pytest.approx(sim["tpot_s"]["p50"], rel=0.02)
+    assert est.output_tokens_per_s_per_user_p50 == pytest.approx(
+        sim["output_tokens_per_s_per_user"]["p50"], rel=0.02)
+    assert est.run_output_tokens_per_s_per_gpu == pytest.approx(
+        sim["output_tokens_per_s_per_gpu"], rel=0.02)
+    assert est.ttft_mean_s == pytest.approx(sim["ttft_s"]["mean"], rel=0.10)
+
+
+def test_overload_is_flagged_and_throughput_is_the_capacity() -> None:
+    """At 30 req/s the 256-sequence batch is full: the estimate says overloaded, serves its
+    capacity and lets TTFT grow over the run. Per-user speed: measured 14 % below the
+    simulation's over 400 requests (the run ramps up and drains at smaller batches than the
+    full one); tolerance 20 %."""
+    loaded = simulator.load_scenario(CHAT, ["workload.arrival.rate_per_s=30",
+                                            "workload.num_requests=400"])
+    est = simulator.estimate(loaded)
+    assert not est.stable
+    assert est.rate_per_s == est.capacity_per_s < 30
+    assert est.batch == est.batch_limit == 256
+    sim = simulator.simulate(loaded).to_dict()
+    assert est.output_tokens_per_s_per_user_p50 == pytest.approx(
+        sim["output_tokens_per_s_per_user"]["p50"], rel=0.20)
+    assert est.ttft_p99_s > 1.0 and sim["ttft_s"]["p99"] > 1.0
+
+
+def test_kv_cache_caps_the_batch() -> None:
+    """With 30 % of HBM the KV cache holds fewer mean sequences than max_num_seqs: the batch
+    limit is the cache, at kv_tokens / (I + O/2 + half a block) sequences."""
+    loaded = simulator.load_scenario(CHAT, [*FIXED, "deployment.gpu_memory_utilization=0.3"])
+    est = simulator.estimate(loaded)
+    assert est.limit == "kv_cache"
+    assert est.batch_limit == pytest.approx(est.kv_capacity_tokens / (1000 + 125 + 8))
+    assert est.batch_limit < 256
+
+
+def test_tpot_grows_with_load_and_capacity_bounds_it() -> None:
+    """More load, a larger batch: TPOT never falls, and solve_rate refuses past capacity."""
+    loaded = simulator.load_scenario(CHAT, FIXED)
+    engine = loaded.engine
+    assert engine is not None
+    from simulator.serving.estimate import traffic_of
+    from simulator.serving.workload import build_stream
+
+    stream, _ = build_stream(loaded.scenario, None)
+    traffic = traffic_of(stream)
+    unit, _ = make_unit(engine.step_model, engine.style, engine.scheduler,
+                        traffic.decode_context)
+    steps = [solve_rate(unit, traffic, r) for r in (0.5, 2, 5, 10)]
+    times = [op.step_s for op in steps if op is not None]
+    assert len(times) == 4 and times == sorted(times)
+    top = operating_point(unit, traffic, 256)
+    assert solve_rate(unit, traffic, top.rate_per_s * 1.01) is None
+
+
+def test_queue_formulas() -> None:
+    """Kingman: M/M/1 at ρ 0.5 waits ρ/(1-ρ) E[S] = 1 s for E[S] = 1 s; M/D/1 half that.
+    Erlang C of one server is ρ. The exponential tail's p99 at P(wait)=1 is E[W] ln 100."""
+    assert kingman_wait_s(0.5, 1.0, 1.0, 1.0) == pytest.approx(1.0)
+    assert kingman_wait_s(0.5, 1.0, 1.0, 0.0) == pytest.approx(0.5)
+    assert math.isinf(kingman_wait_s(1.0, 1.0, 1.0, 1.0))
+    assert erlang_c(1, 0.7) == pytest.approx(0.7)
+    # M/M/2 at ρ 0.5: C = 2ρ²/(1+ρ) = 1/3
+    assert erlang_c(2, 0.5) == pytest.approx(1 / 3)
+    assert tail_s(1.0, 1.0) == pytest.approx(math.log(100))
+    assert tail_s(1.0, 0.005) == 0.0
+
+
+@pytest.mark.parametrize("scenario", sorted((ROOT / "scenarios").glob("*.yaml")))
+def test_every_shipped_scenario_estimates(scenario: Path) -> None:
+    est = simulator.estimate(simulator.load_scenario(scenario))
+    assert est.capacity_per_s > 0 and est.tpot_p50_s > 0
+    assert est.output_tokens_per_s_per_gpu > 0
+
+
+def test_cli_prints_milliseconds_and_what_the_simulation_adds(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["estimate", CHAT], capsys)
+    assert code == 0, err
+    assert "TTFT:" in out and " ms p99" in out and "TPOT:" in out
+    assert "the full simulation adds:" in out and "preemption" in out
+    code, out, _ = run_cli(["estimate", CHAT, "--json", "--set",
+                            "workload.arrival.rate_per_s=40"], capsys)
+    d = json.loads(out)
+    assert code == 0 and d["stable"] is False and d["queue_mean_ms"] is None
+
+
+@pytest.mark.parametrize("args", [
+    ["estimate", "no-such-scenario.yaml"],
+    ["estimate", CHAT, "--set", "workload.arrival.rate_per_s=-1"],
+    ["estimate", CHAT, "--set", "deployment.tensor_parallel=3"],
+])
+def test_cli_bad_input_is_one_line_exit_2(args: list[str],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("frontier: ")
