@@ -37,7 +37,8 @@ def _n(r: Row, column: str) -> float:
 def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]) -> None:
     main(["lesson"])
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert names == ["batch-size", "tp-vs-dp", "quantization", "jagged"]
+    assert names == ["batch-size", "tp-vs-dp", "quantization", "speculative",
+                     "jagged"]
 
 
 def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,6 +125,36 @@ def test_quantization_fp8_pays_on_both_fp4_only_on_b200(runs: dict) -> None:
     text = " ".join(headlines)
     assert "fp8/fp8/bf16 -0." in text and "Unknown for" in text
     assert "unknown" in page.read_text()
+
+
+def test_speculative_code_beats_chat_and_stops_paying_with_batch(runs: dict) -> None:
+    from simulator.lessons.speculative import series, speedup
+
+    headlines, page = runs["speculative"]
+    rows = _rows(page)
+    load = "workload.arrival.concurrency"
+    tau = "speculative.acceptance_length_mean"
+    for m in ("eagle3", "dflash", "dspark"):
+        chat, code = series(rows, m, "chat"), series(rows, m, "code")
+        # Published acceptance is higher on code (HumanEval) than chat (MT-bench), and the
+        # engine's measured acceptance follows it, and so does the low-load speed-up.
+        assert _n(code[0], tau) > _n(chat[0], tau) > 1.0
+        assert speedup(rows, code[0]) > speedup(rows, chat[0]) > 1.0
+        # The speed-up falls as the batch grows: the verify pass turns compute-bound.
+        ups = [speedup(rows, r) for r in chat]
+        assert ups[-1] < ups[0] and all(b <= a * 1.02 for a, b in itertools.pairwise(ups))
+    # EAGLE-3 on chat crosses 1, and the roofline crossover the result reports lies between
+    # the last load where it pays and the first where it does not.
+    chat = series(rows, "eagle3", "chat")
+    pays = [_n(r, load) for r in chat if speedup(rows, r) > 1.0]
+    loses = [_n(r, load) for r in chat if speedup(rows, r) < 1.0]
+    assert pays and loses
+    cross = _n(chat[0], "speculative.crossover_batch")
+    assert max(pays) < cross <= min(loses)
+    # MTP's one draft token: a gain, capped below 2x.
+    mtp = series(rows, "mtp", "chat")
+    assert 1.0 < speedup(rows, mtp[0]) < 2.0
+    assert any(line.startswith("Code is more predictable than chat") for line in headlines)
 
 
 def test_jagged_finds_the_kv_cliff(runs: dict) -> None:

@@ -1,9 +1,9 @@
 """Lessons: one sweep per trade-off, each with a page that explains its own numbers."""
 
-from simulator.lessons import batch_size, jagged, quantization, tp_vs_dp
+from simulator.lessons import batch_size, jagged, quantization, speculative, tp_vs_dp
 from simulator.lessons.core import Lesson, run_lesson
 
-# In teaching order. speculative and disaggregation join when they are written.
+# In teaching order. disaggregation joins when it is written.
 LESSONS: dict[str, Lesson] = {
     "batch-size": Lesson(
         "batch-size",
@@ -22,6 +22,13 @@ LESSONS: dict[str, Lesson] = {
         "deployment.precision.weights", quantization.analyze, quick_keep=4,
         quick_requests=384, rerun=("model=llama-3.1-8b", "deployment.tensor_parallel=1"),
         facet_by="hardware.gpu"),
+    "speculative": Lesson(
+        "speculative",
+        "Code against chat acceptance, EAGLE-3 against DFlash, DSpark and MTP, and the batch "
+        "past which speculative decoding stops paying.",
+        speculative.LABEL, speculative.analyze, quick_requests=512, facet_by="model",
+        quick_keep_by={"model": 6},
+        derive=speculative.derive, label_axes=("model", "workload.arrival.concurrency")),
     "jagged": Lesson(
         "jagged",
         "The frontier is jagged: one small step (a few more users than the KV cache holds) "

@@ -25,6 +25,9 @@ from simulator.sweep.store import write_atomic
 from simulator.sweep.table import Row, number
 
 QUICK_REQUESTS = 48  # --quick: requests per point (the curves keep their shape, noise grows)
+# The breakdown reruns a point with its step time series, which costs each step op by op: at
+# most this many requests (or two per concurrent slot), enough for a stable mean step.
+BREAKDOWN_REQUESTS = 32
 
 
 @dataclass(frozen=True)
@@ -43,9 +46,13 @@ class Lesson:
     color_by: str  # the swept key whose frontiers the page compares
     analyze: Callable[[list[Row], Mapping[str, Any], Path], Findings]  # rows, spec, out dir
     quick_keep: int = 3  # values kept per swept axis under --quick (ends and middle)
+    quick_keep_by: Mapping[str, int] = field(default_factory=dict)  # per axis (zip: any key)
     quick_requests: int = QUICK_REQUESTS
     rerun: tuple[str, ...] = ("hardware.gpu=b200",)  # the --set the page suggests
     facet_by: str | None = None  # one "Frontier by color_by" figure per value of this key
+    # extra columns computed from each result row (e.g. a label that colours the frontier)
+    derive: Callable[[Row], dict[str, Any]] | None = None
+    label_axes: tuple[str, ...] = ()  # the swept keys that name a breakdown bar (default: all)
 
 
 def lesson_file(name: str) -> Path:
@@ -57,9 +64,11 @@ def ok_rows(rows: Sequence[Row]) -> list[Row]:
             and (number(r, "output_tokens_per_s_per_gpu") or 0.0) > 0.0]
 
 
-def quick_spec(data: Mapping[str, Any], keep: int, requests: int) -> dict[str, Any]:
-    """The same lesson on a reduced grid: each swept list thinned to `keep` values, fewer
-    requests per point."""
+def quick_spec(data: Mapping[str, Any], keep: int, requests: int,
+               keep_by: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """The same lesson on a reduced grid: each swept list thinned to `keep` values (or its own
+    count in `keep_by`), fewer requests per point."""
+    keep_by = keep_by or {}
     out = copy.deepcopy(dict(data))
     sweep = out.get("sweep") or {}
     for key, values in list(sweep.items()):
@@ -67,11 +76,12 @@ def quick_spec(data: Mapping[str, Any], keep: int, requests: int) -> dict[str, A
             groups = values if isinstance(values, list) else [values]
             for g in groups:
                 n = len(next(iter(g.values())))
-                idx = spread(list(range(n)), keep)
+                k = next((keep_by[p] for p in g if p in keep_by), keep)
+                idx = spread(list(range(n)), k)
                 for k in g:
                     g[k] = [g[k][i] for i in idx]
         elif isinstance(values, list):
-            sweep[key] = spread(values, keep)
+            sweep[key] = spread(values, keep_by.get(key, keep))
     wl = out.setdefault("workload", {})
     wl["num_requests"] = min(int(wl.get("num_requests", requests)), requests)
     return out
@@ -91,7 +101,9 @@ def lesson_spec(lesson: Lesson, overrides: Sequence[str], quick: bool) -> dict[s
         if key in ("sweep", "constraints") or key.startswith(("sweep.", "constraints.")):
             raise InputError(f"--set {item!r}: a lesson's grid is fixed; set scenario keys")
     data = apply_overrides(data, overrides)
-    return quick_spec(data, lesson.quick_keep, lesson.quick_requests) if quick else data
+    if not quick:
+        return data
+    return quick_spec(data, lesson.quick_keep, lesson.quick_requests, lesson.quick_keep_by)
 
 
 def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
@@ -103,6 +115,8 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
                         progress_stream=progress if progress is not None else sys.stderr)
     _, rows, manifest = load_sweep_dir(out_dir)
     axes = list(manifest["axes"])
+    if lesson.derive is not None:
+        rows = [{**r, **lesson.derive(r)} for r in rows]
     good = ok_rows(rows)
     if not good:
         raise InputError(f"lesson {lesson.name}: no point simulated; see {out_dir}/results.csv")
@@ -114,7 +128,7 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
         "Frontier", "Output tokens/s per GPU against output tokens/s per user (p50), the "
         "convention of the field: up is cheaper, right is faster for each user.",
         frontier_figure(rows, axes, DEFAULT_X, DEFAULT_Y)))
-    if lesson.color_by in axes:
+    if lesson.color_by in axes or any(r.get(lesson.color_by) is not None for r in good):
         for where, members in facets(rows, lesson.facet_by if lesson.facet_by in axes else None):
             sections.append(Section(
                 f"Frontier by {lesson.color_by}{where}", "Each value with its own frontier line.",
@@ -123,19 +137,39 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     items = []
     for r in found.breakdown_points:
         point = out_dir / "points" / f"{r['point_id']}.yaml"
-        if point.is_file() and (parts := step_breakdown(point)):
-            label = ", ".join(f"{a.split('.')[-1]}={r.get(a)}" for a in axes)
-            items.append((label, parts))
+        if point.is_file() and (parts := step_breakdown(breakdown_scenario(point))):
+            items.append((point_label(r, lesson.label_axes or axes, lesson.color_by), parts))
     if items:
         sections.append(Section(
             "Why: the step-time breakdown", "Mean time of one engine step of the points the "
             "text names, by what bounds it (compute, HBM, communication, fixed kernel cost, "
-            "host).", breakdown_figure(items)))
+            f"host), from a rerun of up to {BREAKDOWN_REQUESTS} requests (two per concurrent "
+            "slot where that is more).", breakdown_figure(items)))
     sections.append(Section("Run it again", f"On other hardware or another model: {rerun}"
                             f" --out {out_dir}"))
     page = out_dir / "report.html"
     write_atomic(page, render_page(f"Lesson: {lesson.name}", lesson.summary, sections))
     return found.headlines, page
+
+
+def breakdown_scenario(point: Path) -> dict[str, Any]:
+    """The point's scenario with its request count capped for the time-series rerun."""
+    data = load_yaml_mapping(point, "point", "a scenario")
+    wl = data.get("workload") or {}
+    slots = int((wl.get("arrival") or {}).get("concurrency") or 0)
+    cap = max(BREAKDOWN_REQUESTS, 2 * slots)
+    if int(wl.get("num_requests", cap)) > cap:
+        wl["num_requests"] = cap
+    return data
+
+
+def point_label(r: Row, axes: Sequence[str], color_by: str) -> str:
+    """Short name of a point: its swept values (mappings left out, they make unreadable
+    labels) and, where the lesson colours by a derived column, that column."""
+    parts = [] if color_by in axes or r.get(color_by) is None else [str(r[color_by])]
+    parts += [f"{a.split('.')[-1]}={r.get(a)}" for a in axes
+              if not str(r.get(a)).startswith("{") and r.get(a) is not None]
+    return ", ".join(parts)
 
 
 def facets(rows: Sequence[Row], key: str | None) -> list[tuple[str, list[Row]]]:
