@@ -342,9 +342,12 @@ def test_speculative_validation_rows_run_or_say_why_not() -> None:
     setups = speculative_setups()
     running = [r for r in rows if not r.pending]
     assert {r.id for r in running} == set(setups)
-    assert len(running) >= 2
+    # EAGLE-3 Table 1 on RTX 3090 and A100, Table 4 on H100, 14 acceptance-only rows, R1 MTP
+    assert len(running) >= 27
     for r in rows:
         assert r.pending or r.measured is not None
+    # What stays pending is a method the simulator does not model, said in so many words.
+    assert all("not a simulated method" in r.pending for r in rows if r.pending)
 
 
 def test_dspark_verifies_a_confidence_chosen_prefix() -> None:

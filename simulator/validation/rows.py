@@ -101,13 +101,15 @@ def metric_value(result: dict[str, Any], metric: str) -> float:
 
 def metric_class(metric: str) -> str:
     """What a metric measures, for the per-metric error table: TTFT, TPOT, throughput (tokens
-    per second, per GPU or in all) or a ratio (speed-ups, goodput ratios)."""
+    per second, per GPU or in all), acceptance length, or a ratio (speed-ups, goodput ratios)."""
     if metric.startswith("ttft"):
         return "TTFT"
     if metric.startswith("tpot"):
         return "TPOT"
     if "tokens_per_s" in metric:
         return "throughput"
+    if metric == "acceptance_length":  # speculative tokens per verify step (a sampler check)
+        return "acceptance"
     return "ratio"
 
 

@@ -1,6 +1,6 @@
 """Speculative validation rows: the CSV setup plus a `deployment.speculative` block
-(speculative_rows.yaml), scored as an absolute metric or as the speed-up over the same
-scenario without speculation."""
+(speculative_rows.yaml), scored as an absolute metric, as the speed-up over the same
+scenario without speculation, or as the simulated mean acceptance length."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import yaml
 
 SPEC_ROWS = Path(__file__).parent / "speculative_rows.yaml"
 SPEEDUP_METRIC = "speedup"
+ACCEPTANCE_METRIC = "acceptance_length"  # simulated mean tokens per verify step
 
 
 @cache
@@ -36,6 +37,8 @@ def predict_speculative(row_id: str, metric: str, base: dict[str, Any]) -> float
 
     spec = speculative_scenario(row_id, base)
     with_spec = simulator.simulate(simulator.load_scenario(spec)).to_dict()
+    if metric == ACCEPTANCE_METRIC:
+        return float(with_spec["speculative"]["acceptance_length_mean"])
     if metric != SPEEDUP_METRIC:
         return float(with_spec[metric])
     plain = copy.deepcopy(spec)
