@@ -1,5 +1,5 @@
 """`python -m simulator` is the same CLI as `frontier`."""
 
-from simulator.cli.app import main
+from simulator.cli.app import entry
 
-main()
+entry()

@@ -167,3 +167,43 @@ def test_bad_load_profile_is_one_clear_line(tmp_path: Path) -> None:
         simulate(s)
     f.write_text("\n".join(["1"] * 128))
     assert simulate(s).summary["requests_completed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "dep", "out"),
+    [
+        (1, {}, (250, 1000)),  # one request at a time: one busy rank, seven idle ones
+        (12, {"attention_dp_router": "round_robin"}, (250, 1000)),  # all ranks busy, uneven KV
+        # ~12k KV tokens per rank for six 3k-4k-token requests: runs stop before a rank would
+        # preempt (and preemptions follow, step by step)
+        (48, {"gpu_memory_utilization": 0.28}, (2000, 3000)),
+        # prefill-only steps hold decoders back: a run's first step pays their gaps
+        (12, {"scheduler": {"chunked_prefill": False, "max_num_seqs": 256}}, (250, 1000)),
+    ],
+)
+def test_ranked_decode_runs_are_exactly_the_step_by_step_run(
+    concurrency: int, dep: dict[str, Any], out: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of pure decode steps over all ranks are one SimPy event and one vectorized
+    costing; with --check every step is its own event. The two must agree bit for bit:
+    clocks are summed step by step and each run stops before anything could change."""
+    from simulator.serving.scheduler import Scheduler
+
+    sc = scenario("qwen3-235b-a22b", 1, 8, 8, concurrency, 64, **dep)
+    sc["workload"]["output_tokens"] = {"kind": "uniform", "min": out[0], "max": out[1]}
+    runs: list[int] = []
+    forward = Scheduler.fast_forward
+
+    def counted(self: Scheduler, steps: int, blocks: int) -> None:
+        runs.append(steps)
+        forward(self, steps, blocks)
+
+    monkeypatch.setattr(Scheduler, "fast_forward", counted)
+    fast = simulate(sc)
+    assert sum(runs) > 1000  # the runs did happen
+    runs.clear()
+    stepwise = simulate(sc, check=True)
+    assert not runs
+    assert fast.to_dict() == stepwise.to_dict()
+    for name in fast.requests.dtype.names or ():
+        assert fast.requests[name].tobytes() == stepwise.requests[name].tobytes(), name

@@ -9,12 +9,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from simulator.cost import BatchShape, Formats, ParallelLayout, StepModel
 from simulator.hardware.profile import load_hardware
 from simulator.model.load import load_architecture
 
-BENCH_SCENARIO = {
+BENCH_SCENARIO: dict[str, Any] = {
     "name": "bench: llama-3.1-8b on one h100, 20 req/s, 1000 in / 250 out",
     "model": "llama-3.1-8b",
     "hardware": {"gpu": "h100-sxm"},
@@ -48,35 +49,67 @@ def machine() -> str:
     return f"{os.cpu_count()} cores, 1-min load {load:.2f}"
 
 
-def import_seconds(module: str, repeat: int) -> float:
-    """Median wall time of a fresh interpreter importing `module` (start-up of a command),
-    less that of a bare interpreter, so the figure is what frontier itself adds."""
+STARTUP_TARGET_S = 0.25  # issue 16: start-up of `frontier simulate`
+# As `frontier` itself starts (simulator.cli.app.main): no pydantic plugin scan, one BLAS thread.
+_AS_FRONTIER: dict[str, str] = {"PYDANTIC_DISABLE_PLUGINS": "__all__", "OPENBLAS_NUM_THREADS": "1"}
 
-    def once(code: str) -> float:
+
+def _fresh_seconds(args: list[str], repeat: int) -> float:
+    """Median wall time of `python ARGS` in fresh interpreters, less a bare interpreter's."""
+
+    def once(a: list[str]) -> float:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True)
+        subprocess.run([sys.executable, *a], check=True, stdout=subprocess.DEVNULL,
+                       env={**_AS_FRONTIER, **os.environ})
         return time.perf_counter() - t0
 
-    bare = statistics.median(once("pass") for _ in range(repeat))
-    # As `frontier` itself starts (simulator.cli.app.main): without pydantic's plugin scan.
-    code = "import os; os.environ.setdefault('PYDANTIC_DISABLE_PLUGINS', '__all__'); "
-    code += f"import {module}"
-    return statistics.median(once(code) for _ in range(repeat)) - bare
+    bare = statistics.median(once(["-c", "pass"]) for _ in range(repeat))
+    return statistics.median(once(args) for _ in range(repeat)) - bare
 
 
-STARTUP_TARGET_S = 0.25  # issue 16: start-up of `frontier simulate`
+def import_seconds(module: str, repeat: int) -> float:
+    """Start-up of a command: a fresh interpreter importing `module`, beyond a bare one."""
+    return _fresh_seconds(["-c", f"import {module}"], repeat)
+
+
+def simulate_seconds(repeat: int) -> float:
+    """`frontier simulate` of a one-request scenario end to end (start-up, load, simulate,
+    print, exit) in fresh interpreters, beyond a bare one."""
+    import tempfile
+
+    import yaml
+
+    one = {**BENCH_SCENARIO, "workload": {**BENCH_SCENARIO["workload"], "num_requests": 1}}
+    with tempfile.TemporaryDirectory(prefix="frontier-bench-") as tmp:
+        path = os.path.join(tmp, "one-request.yaml")
+        with open(path, "w") as f:
+            yaml.safe_dump(one, f)
+        return _fresh_seconds(["-m", "simulator", "simulate", path], repeat)
+
+
+def bytecode_cached() -> bool:
+    """Whether simulator's modules load from cached bytecode (else each start compiles them,
+    as under PYTHONDONTWRITEBYTECODE before the first run that may write it)."""
+    import importlib.util
+
+    import simulator.api
+
+    return os.path.exists(importlib.util.cache_from_source(simulator.api.__file__))
 
 
 def run_bench(num_requests: int, repeat: int, step_evals: int) -> Iterator[str]:
     import simulator
 
     yield f"machine: {machine()}"
-    cli_s = import_seconds("simulator.cli.app", max(5, repeat))
-    sim_s = import_seconds("simulator.cli.app, simulator.api", max(5, repeat))
+    n = max(5, repeat)
+    cli_s = import_seconds("simulator.cli.app", n)
+    sim_s = import_seconds("simulator.cli.app, simulator.api", n)
+    run_s = simulate_seconds(n)
     yield (
-        f"start-up (import, beyond a bare python): CLI {cli_s:.3f} s (`frontier --help`), "
-        f"`frontier simulate` {sim_s:.3f} s (median of {max(5, repeat)}; target <= "
-        f"{STARTUP_TARGET_S} s)"
+        f"start-up (beyond a bare python, median of {n}; bytecode cached: "
+        f"{'yes' if bytecode_cached() else 'no'}): imports of `frontier --help` {cli_s:.3f} s, "
+        f"of `frontier simulate` {sim_s:.3f} s; `frontier simulate` of one request end to end "
+        f"{run_s:.3f} s (target <= {STARTUP_TARGET_S} s)"
     )
 
     model = StepModel(
@@ -94,7 +127,7 @@ def run_bench(num_requests: int, repeat: int, step_evals: int) -> Iterator[str]:
         f"random decode batches 0-256 with occasional prefill chunks; target >= 100,000)"
     )
     scenario = dict(BENCH_SCENARIO)
-    scenario["workload"] = dict(BENCH_SCENARIO["workload"], num_requests=num_requests)  # type: ignore[arg-type]
+    scenario["workload"] = dict(BENCH_SCENARIO["workload"], num_requests=num_requests)
     loaded = simulator.load_scenario(scenario)
     walls, sims = [], []
     for _ in range(repeat):
@@ -135,7 +168,7 @@ def run_bench_scale(num_requests: int, steps: int = 2) -> Iterator[str]:
     prev: tuple[int, float, int] | None = None
     for n in sizes:
         scenario = dict(BENCH_SCENARIO)
-        scenario["workload"] = dict(BENCH_SCENARIO["workload"], num_requests=n)  # type: ignore[arg-type]
+        scenario["workload"] = dict(BENCH_SCENARIO["workload"], num_requests=n)
         t0 = time.perf_counter()
         r = simulator.simulate(scenario)
         wall = time.perf_counter() - t0

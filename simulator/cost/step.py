@@ -110,9 +110,17 @@ class StepModel(Kernels):
         `context_tokens`, vectorized (the serving engine's runs of unchanged batches). Same
         operations in the same order as the scalar path, so the floats agree."""
         base = self._token_and_head_s(decode_seqs, decode_seqs)
+        result: FloatArray = base + self.decode_attention_s(decode_seqs, context_tokens)
+        return result
+
+    def decode_attention_s(
+        self, decode_seqs: int, context_tokens: FloatArray, ranks: int | None = None
+    ) -> FloatArray:
+        """_attention_time_s of pure decode batches, one per summed context, vectorized;
+        `ranks` as there (1: one attention-DP rank's own batch)."""
         per_pair_p, per_pair_d, kv_tok, _, rate, bw, n_full, n_sw, layers = self._attn_consts
         del per_pair_p
-        dp = self.layout.attention_data_parallel
+        dp = self.layout.attention_data_parallel if ranks is None else ranks
         ctx = (context_tokens + decode_seqs * 1) / dp
         if n_sw and self.arch.sliding_window is not None:
             ctx_sw = np.minimum(ctx, decode_seqs / dp * self.arch.sliding_window)
@@ -122,6 +130,6 @@ class StepModel(Kernels):
         flops = per_pair_d * 1 * work
         nbytes = kv_tok * work
         fixed = layers * self.hw.attention_decode_fixed_s
-        attention = np.maximum(flops / rate, nbytes / bw) + fixed
-        result: FloatArray = base + attention
-        return result
+        # The scalar path starts from 0.0 and adds this term: the same float.
+        attention: FloatArray = np.maximum(flops / rate, nbytes / bw) + fixed
+        return attention

@@ -19,12 +19,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from simulator.errors import InputError, format_validation_error
+from simulator.yamlsafe import safe_load_bounded
 
 STYLES_PATH = Path(__file__).parent / "engine_styles.yaml"
 
 
 class _StyleFile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     description: str
     cpu_step_us: Annotated[float, Field(ge=0)]  # fixed host time per engine step
@@ -94,7 +95,7 @@ def load_engine_styles(path: Path = STYLES_PATH) -> dict[str, EngineStyle]:
 @functools.lru_cache(maxsize=8)
 def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = safe_load_bounded(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read YAML ({exc})") from None
     if not isinstance(raw, dict):

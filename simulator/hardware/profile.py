@@ -25,7 +25,8 @@ TensorFormat = Literal["fp64", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: each schema is built on first validation, not at import (start-up time)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ComputeSpec(_Strict):

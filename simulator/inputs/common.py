@@ -26,8 +26,11 @@ def _invalid(message: str, kind: str = "invalid_value") -> PydanticCustomError:
 
 
 class _Strict(BaseModel):
-    # allow_inf_nan=False: no key means anything at .inf or .nan (rates, lengths, times)
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # allow_inf_nan=False: no key means anything at .inf or .nan (rates, lengths, times).
+    # defer_build: a schema is built on first validation, not at import (start-up time), and
+    # only for the models validated directly (a parent's schema inlines its children's).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              defer_build=True)
 
 
 # ---------------------------------------------------------------------------- tagged unions

@@ -10,23 +10,35 @@ part) and commits every rank at the step's end. A request's `replica` record nam
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable
 from typing import Any, cast
 
+import numpy as np
 import simpy
 
-from simulator.cost.ranks import ranked_step
+from simulator.cost.ranks import ranked_decode_run, ranked_step
 from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
-from simulator.serving.replica import Replica, StepLog, log_gaps
+from simulator.serving.replica import MAX_DECODE_RUN, MIN_DECODE_RUN, Replica, StepLog, log_gaps
 from simulator.serving.request import Request
 from simulator.serving.router import Router
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
 from simulator.serving.scheduler import Scheduler
 
 IDLE = BatchShape()
+
+
+def _delay_to(now: float, end: float) -> float:
+    """A delay that brings the clock from `now` to exactly `end` (SimPy adds it to now)."""
+    delay = end - now
+    while now + delay > end:
+        delay = math.nextafter(delay, -math.inf)
+    while now + delay < end:
+        delay = math.nextafter(delay, math.inf)
+    return delay
 
 
 class Rank:
@@ -116,6 +128,7 @@ class RankedReplica(Replica):
     def _run(self) -> Any:
         env, log = self.env, self.log
         step_time_s = self.style.step_time_s
+        fast = self.rank_check is None and not log.detailed
         while True:
             ranks = self.ranks
             plans = [rk.sched.plan(env.now) if rk.sched.has_work else None for rk in ranks]
@@ -143,6 +156,74 @@ class RankedReplica(Replica):
             for rk, planned in zip(ranks, plans, strict=True):
                 if planned is not None:
                     self._commit_rank(rk, planned, end, dt)
+            # A run of unchanged decode steps pays off only if the next event is far enough.
+            if fast and env.peek() - end >= MIN_DECODE_RUN * dt and self._can_fast_forward():
+                yield from self._decode_run(dt)
+
+    def _can_fast_forward(self) -> bool:
+        """Every rank with work only decodes and none waits (idle ranks stay idle)."""
+        busy = [rk.sched for rk in self.ranks if rk.sched.has_work]
+        return bool(busy) and all(s.can_fast_forward() for s in busy)
+
+    def _decode_run(self, last_dt: float) -> Any:
+        """Run consecutive pure-decode steps of every rank as one SimPy timeout, with exactly
+        the floats, records and event order that stepping one by one gives.
+
+        Valid while no rank's batch changes: the run stops before the step in which any
+        request finishes, before a rank would run out of KV blocks, and with the last step
+        that ends strictly before the next scheduled event, so that event (and all that
+        follows) meets the same state at the same time. Clocks and totals are summed step by
+        step (numpy's accumulate is sequential), as the step-by-step loop adds them.
+        """
+        env, log = self.env, self.log
+        now = env.now
+        expected = (env.peek() - now) / last_dt if last_dt > 0 else math.inf
+        if expected < MIN_DECODE_RUN:
+            return
+        scheds = [rk.sched for rk in self.ranks]
+        active = [j for j, s in enumerate(scheds) if s.has_work]
+        # Stop before the first step in which a request finishes (that step runs as usual).
+        cap = min(min(scheds[j].steps_before_next_finish() for j in active), MAX_DECODE_RUN,
+                  int(min(expected, 1e9)) + 1)
+        if cap < MIN_DECODE_RUN:
+            return
+        decoders = [s.num_decoding for s in scheds]
+        run = ranked_decode_run(self.ranked_model, decoders, [s.decode_kv_sum for s in scheds],
+                                cap)
+        host_s = self.style.host_time_s(max(decoders))
+        dts = (np.maximum(run.time_s, host_s) if self.style.overlap_cpu_with_gpu
+               else run.time_s + host_s)
+        ends = np.cumsum(np.concatenate(([now], dts)))[1:]
+        steps = int(np.searchsorted(ends, env.peek(), side="left"))
+        for j in active:
+            sched = scheds[j]
+            used = sched.blocks_needed(steps)
+            if used > sched.free_blocks:  # stop before this rank would have to preempt
+                phases = np.asarray(sched.phase_counts(), dtype=np.int64)
+                needs = np.cumsum(phases[(sched.step + np.arange(steps)) % sched.cfg.block_size])
+                steps = min(steps, int(np.searchsorted(needs, sched.free_blocks, side="right")))
+        if steps < 1:
+            return
+        yield env.timeout(_delay_to(now, float(ends[steps - 1])))
+        dts, ends = dts[:steps], ends[:steps]
+        for j in active:
+            scheds[j].fast_forward(steps, scheds[j].blocks_needed(steps))
+        self.busy_s = float(np.cumsum(np.concatenate(([self.busy_s], dts)))[-1])
+        self.gpu_s = float(np.cumsum(np.concatenate(([self.gpu_s], run.time_s[:steps])))[-1])
+        gaps = run.slowest_rank_s[:steps] - run.mean_rank_s[:steps]
+        self.imbalance_s = float(np.cumsum(np.concatenate(([self.imbalance_s], gaps)))[-1])
+        ranks = [self.ranks[j] for j in active]
+        for rk in ranks:
+            rk.decode_end_s.frombytes(ends.tobytes())
+        first = 0
+        if any(rk.stalled for rk in ranks):  # the first step pays their held-back gaps
+            for rk in ranks:
+                log_gaps(log, rk.sched.num_decoding, rk.stalled, rk.sched.num_decoding,
+                         float(dts[0]))
+            first = 1
+        weights = np.array([float(decoders[j]) for j in active])
+        log.itl_s.frombytes(np.repeat(dts[first:], len(ranks)).tobytes())
+        log.itl_weight.frombytes(np.tile(weights, steps - first).tobytes())
 
     def _commit_rank(self, rk: Rank, planned: PlannedStep, end: float, dt: float) -> None:
         decoded = planned.batch.decode_seqs
