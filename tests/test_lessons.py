@@ -38,7 +38,7 @@ def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]
     main(["lesson"])
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["batch-size", "tp-vs-dp", "quantization", "speculative",
-                     "jagged"]
+                     "disaggregation", "jagged"]
 
 
 def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,6 +155,39 @@ def test_speculative_code_beats_chat_and_stops_paying_with_batch(runs: dict) -> 
     mtp = series(rows, "mtp", "chat")
     assert 1.0 < speedup(rows, mtp[0]) < 2.0
     assert any(line.startswith("Code is more predictable than chat") for line in headlines)
+
+
+def test_disaggregation_pays_for_long_prompts_not_short(runs: dict) -> None:
+    from simulator.lessons.disaggregation import best_by_layout, derive, good_per_gpu
+
+    headlines, page = runs["disaggregation"]
+    rows = [{**r, **derive(r)} for r in _rows(page)]
+    by_traffic: dict[str, list[Row]] = {}
+    for r in rows:
+        by_traffic.setdefault(r["traffic"], []).append(r)
+    long_in = by_traffic["3000-5000 in → 200 out"]
+    short_in = by_traffic["100-300 in → 400 out"]
+
+    def split_vs_agg(group: list[Row]) -> tuple[str, float, float]:
+        best = best_by_layout(group)
+        agg = good_per_gpu(best["aggregated ×4"])
+        name, split = max(((k, good_per_gpu(r)) for k, r in best.items()
+                           if not k.startswith("aggregated")), key=lambda kv: kv[1])
+        return name, split, agg
+
+    # Long prompts under a 15 ms TPOT p99: a split carries more good requests per GPU, and at
+    # the aggregated best's load it keeps TPOT p99 no worse.
+    name, split, agg = split_vs_agg(long_in)
+    assert split > 1.2 * agg and name == "2P2D"
+    agg_best = best_by_layout(long_in)["aggregated ×4"]
+    load = _n(agg_best, "workload.arrival.concurrency")
+    same = next(r for r in long_in if r["layout"] == name
+                and _n(r, "workload.arrival.concurrency") == load)
+    assert _n(same, "tpot_s.p99") <= _n(agg_best, "tpot_s.p99")
+    # Short prompts: the aggregated replicas win, and the best split is decode-heavy.
+    name, split, agg = split_vs_agg(short_in)
+    assert agg > split and name == "1P3D"
+    assert "does not pay" in " ".join(headlines)
 
 
 def test_jagged_finds_the_kv_cliff(runs: dict) -> None:

@@ -1,9 +1,16 @@
 """Lessons: one sweep per trade-off, each with a page that explains its own numbers."""
 
-from simulator.lessons import batch_size, jagged, quantization, speculative, tp_vs_dp
+from simulator.lessons import (
+    batch_size,
+    disaggregation,
+    jagged,
+    quantization,
+    speculative,
+    tp_vs_dp,
+)
 from simulator.lessons.core import Lesson, run_lesson
 
-# In teaching order. disaggregation joins when it is written.
+# In teaching order.
 LESSONS: dict[str, Lesson] = {
     "batch-size": Lesson(
         "batch-size",
@@ -29,6 +36,14 @@ LESSONS: dict[str, Lesson] = {
         speculative.LABEL, speculative.analyze, quick_requests=512, facet_by="model",
         quick_keep_by={"model": 6},
         derive=speculative.derive, label_axes=("model", "workload.arrival.concurrency")),
+    "disaggregation": Lesson(
+        "disaggregation",
+        "Prefill and decode on their own GPUs: more good requests per GPU at the same TPOT for "
+        "long prompts, an xPyD split matched to the mix, and no gain for short prompts.",
+        disaggregation.LAYOUT, disaggregation.analyze,
+        quick_keep_by={"deployment": 4, "workload.arrival.concurrency": 4}, quick_requests=400,
+        facet_by=disaggregation.TRAFFIC, derive=disaggregation.derive,
+        label_axes=("workload.arrival.concurrency",)),
     "jagged": Lesson(
         "jagged",
         "The frontier is jagged: one small step (a few more users than the KV cache holds) "

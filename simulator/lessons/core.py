@@ -129,7 +129,10 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
         "convention of the field: up is cheaper, right is faster for each user.",
         frontier_figure(rows, axes, DEFAULT_X, DEFAULT_Y)))
     if lesson.color_by in axes or any(r.get(lesson.color_by) is not None for r in good):
-        for where, members in facets(rows, lesson.facet_by if lesson.facet_by in axes else None):
+        facet = lesson.facet_by
+        if facet is not None and facet not in axes and all(r.get(facet) is None for r in good):
+            facet = None
+        for where, members in facets(rows, facet):
             sections.append(Section(
                 f"Frontier by {lesson.color_by}{where}", "Each value with its own frontier line.",
                 split_figure(members, axes, lesson.color_by, DEFAULT_X, DEFAULT_Y)))
@@ -138,7 +141,8 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     for r in found.breakdown_points:
         point = out_dir / "points" / f"{r['point_id']}.yaml"
         if point.is_file() and (parts := step_breakdown(breakdown_scenario(point))):
-            items.append((point_label(r, lesson.label_axes or axes, lesson.color_by), parts))
+            label = point_label(r, lesson.label_axes or axes, lesson.color_by, lesson.facet_by)
+            items.append((label, parts))
     if items:
         sections.append(Section(
             "Why: the step-time breakdown", "Mean time of one engine step of the points the "
@@ -163,10 +167,10 @@ def breakdown_scenario(point: Path) -> dict[str, Any]:
     return data
 
 
-def point_label(r: Row, axes: Sequence[str], color_by: str) -> str:
-    """Short name of a point: its swept values (mappings left out, they make unreadable
-    labels) and, where the lesson colours by a derived column, that column."""
-    parts = [] if color_by in axes or r.get(color_by) is None else [str(r[color_by])]
+def point_label(r: Row, axes: Sequence[str], *derived: str | None) -> str:
+    """Short name of a point: the lesson's derived columns (its colour, its facet) and its
+    swept values (mappings left out, they make unreadable labels)."""
+    parts = [str(r[k]) for k in derived if k and k not in axes and r.get(k) is not None]
     parts += [f"{a.split('.')[-1]}={r.get(a)}" for a in axes
               if not str(r.get(a)).startswith("{") and r.get(a) is not None]
     return ", ".join(parts)
