@@ -132,7 +132,9 @@ def test_llama70b_fp8_tp4_decode_by_hand() -> None:
         assert row.bytes == pytest.approx(nbytes, rel=1e-9), op
         assert row.bound == "memory", op  # 64 rows: ~125 FLOP/B, far below the ~517 ridge
         kernels = 1 if op == "lm_head" else L
-        assert row.time_s == pytest.approx(nbytes / hbm + kernels * 4e-6, rel=1e-9), op
+        # + 1.5 us launch per kernel (h100-sxm kernel_launch_overhead_us); 64 rows of dense FP8
+        # split K over the SMs, so the dense class streams at the chip's full 0.80.
+        assert row.time_s == pytest.approx(nbytes / hbm + kernels * 1.5e-6, rel=1e-9), op
     # The streamed weights are exactly the linear layers + LM head (embedding is a lookup).
     streamed_weights = sum(
         r.bytes - L * (m * k * FP8 + m * n * BF16)
@@ -268,7 +270,7 @@ def test_int4_activations_rejected() -> None:
         StepModel(arch, H100, ParallelLayout(), Formats("int4", "int4", "bf16"))
 
 
-def test_nvfp4_on_hopper_saves_bytes_not_flops() -> None:
+def test_nvfp4_on_hopper_saves_bytes_not_flops_nor_decode_time() -> None:
     arch = load_architecture("llama-3.1-70b")
     layout = ParallelLayout(tensor_parallel=4)
     fp8 = StepModel(arch, H100, layout, FP8_ALL)
@@ -283,7 +285,16 @@ def test_nvfp4_on_hopper_saves_bytes_not_flops() -> None:
     for op in ("qkv_proj", "o_proj", "mlp_up_gate", "mlp_down"):
         assert r4[op].bytes < r8[op].bytes
         assert r4[op].flops == r8[op].flops
-    assert fp4.time_s(b) < fp8.time_s(b)
+    # Hopper has no FP4 tensor cores: the kernel dequantizes the weights in its main loop
+    # (weight-only class), streaming them at 0.45 of 3.35 TB/s against the dense FP8 kernel's
+    # 0.80 (h100-sxm gemm_classes). 0.5625 B / 0.45 = 1.25 = 1 B / 0.80, so the smaller
+    # weights buy no decode time (Marlin W4A16 at M=1 runs as fast as vLLM's FP8 CUTLASS
+    # GEMM at M=1, humming PR #2 vs vLLM PR #5144).
+    assert fp4.gemm_class(64).kernel_class == "weight_only"
+    assert fp8.gemm_class(64).kernel_class == "dense"
+    row = r4["mlp_down"]
+    assert row.time_s == pytest.approx(row.bytes / (0.45 * 3.35e12) + 80 * 1.5e-6, rel=1e-9)
+    assert fp4.time_s(b) == pytest.approx(fp8.time_s(b), rel=0.03)
 
 
 # ---- 5. MoE: expected experts touched ----------------------------------------------------

@@ -4,31 +4,152 @@ A GEMM of M x N x K runs as ceil(M/tm) x ceil(N/tn) output tiles spread over the
 The last, partly filled wave costs as much as a full one, so a batch that spills one tile into
 a new wave pays for a whole wave. When there are fewer tiles than SMs, kernels split K (split-K
 / stream-K) to fill the chip, down to a minimum K slice. Tile shapes are per chip (hardware
-profile, `kernels:` block): skinny decode GEMMs use the small-M tile.
+profile, `kernels:` block): skinny decode GEMMs use the small-M tile. Each CTA also pays a fixed
+prologue + epilogue per tile (the kernel class's `tile_fixed_us`), which is why short-K GEMMs
+reach a smaller fraction of peak than long-K ones (DeepGEMM's K=512 row runs at 0.30 of peak,
+its K=16384 row at 0.69).
+
+Which kernel class a GEMM runs through (dense, grouped MoE, FP4 block-scaled, weight-only
+dequantizing) sets its main-loop rate, tile fixed cost and streaming bandwidth
+(`gemm_rates`, from the profile's `gemm_classes:` block; without it the flat fractions).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from simulator.hardware.profile import GemmTiling
+from simulator.hardware.profile import GemmTiling, Hardware
+
+
+@dataclass(frozen=True, slots=True)
+class GemmRates:
+    """How one GEMM kernel runs: its class, main-loop FLOP/s, fixed time per tile and the HBM
+    bandwidth it streams at."""
+
+    kernel_class: str  # "flat" (no classes in the profile), "dense", "fp4_block_scaled",
+    # "weight_only", each with a "grouped_" prefix for MoE expert GEMMs
+    flops_per_s: float
+    tile_fixed_s: float
+    hbm_bytes_per_s: float
+    tile_m_min: int | None = None  # smallest CTA tile M (None: the chip's small tile)
+    split_k: bool = True
+    # Classes that do not split K: a launch with fewer CTAs than SMs streams at most that
+    # share of the chip's bandwidth (each SM's load pipes are its own). Split-K / stream-K
+    # kernels fill the chip, and the flat model ignores occupancy.
+    occupancy_limited: bool = False
+
+
+def gemm_rates(
+    hw: Hardware,
+    tensor_format: str,
+    weights_native: bool = True,
+    rows_per_group: int = 0,
+    grouped: bool = False,
+) -> GemmRates:
+    """The kernel class of a GEMM whose MMA runs at `tensor_format`. `weights_native`: the
+    chip's tensor cores read the weight format directly (FP4 weights on Blackwell, also mixed
+    with FP8 activations); False for int4, or FP4 on Hopper, which the kernel dequantizes
+    (weight-only class). `rows_per_group`: rows each expert multiplies (grouped MoE GEMMs)."""
+    peak = hw.dense_flops_per_s[tensor_format]
+    classes = hw.gemm_classes
+    if classes is None:
+        return GemmRates(
+            "flat",
+            peak * hw.gemm_compute_fraction,
+            0.0,
+            hw.hbm_bytes_per_s * hw.hbm_bandwidth_fraction,
+        )
+    cls, name, hbm = classes.dense, "dense", classes.dense.hbm_fraction
+    if tensor_format == "fp4" and classes.fp4_block_scaled is not None:
+        cls, name = classes.fp4_block_scaled, "fp4_block_scaled"
+        hbm = cls.hbm_fraction
+    elif not weights_native:
+        name, hbm = "weight_only", classes.weight_only_hbm_fraction
+    fraction = cls.compute_fraction[tensor_format]
+    if grouped:
+        name = "grouped_" + name
+        fraction *= classes.grouped_compute_multiplier(max(1, rows_per_group))
+        hbm = min(hbm, classes.grouped_hbm_fraction)
+    return GemmRates(
+        name,
+        peak * fraction,
+        cls.tile_fixed_s,
+        hw.hbm_bytes_per_s * hbm,
+        cls.tile_m_min,
+        cls.split_k,
+        occupancy_limited=not cls.split_k,
+    )
 
 
 def gemm_compute_time_s(
-    m: int, n: int, k: int, flops_per_s: float, sm_count: int, tiles: GemmTiling
+    m: int,
+    n: int,
+    k: int,
+    flops_per_s: float,
+    sm_count: int,
+    tiles: GemmTiling,
+    tile_fixed_s: float = 0.0,
 ) -> float:
-    """Tile-quantized compute time of an M x N x K GEMM at an achievable rate."""
+    """Tile-quantized compute time of an M x N x K GEMM at an achievable main-loop rate, each
+    CTA paying `tile_fixed_s` per tile it computes."""
+    return tiled_gemm(m, n, k, flops_per_s, sm_count, tiles, tile_fixed_s)[0]
+
+
+def tiled_gemm(
+    m: int,
+    n: int,
+    k: int,
+    flops_per_s: float,
+    sm_count: int,
+    tiles: GemmTiling,
+    tile_fixed_s: float = 0.0,
+    tile_m_min: int | None = None,
+    split_k: bool = True,
+) -> tuple[float, int]:
+    """(compute seconds, CTAs launched) of an M x N x K GEMM, tile- and wave-quantized."""
     if m <= 0 or n <= 0 or k <= 0:
-        return 0.0
-    tm = tiles.m_small if m <= tiles.m_small else tiles.m
+        return 0.0, 0
+    small = tiles.m_small if tile_m_min is None else max(tiles.m_small, tile_m_min)
+    tm = small if m <= small else max(tiles.m, small)
     count = math.ceil(m / tm) * math.ceil(n / tiles.n)
     per_sm_flops_per_s = flops_per_s / sm_count
     tile_flops = 2.0 * tm * tiles.n * k
     if count >= sm_count:
         waves = math.ceil(count / sm_count)
-        return waves * tile_flops / per_sm_flops_per_s
-    split = max(1, min(sm_count // count, k // tiles.min_split_k))
-    return 2.0 * tm * tiles.n * math.ceil(k / split) / per_sm_flops_per_s
+        return waves * (tile_flops / per_sm_flops_per_s + tile_fixed_s), count
+    split = max(1, min(sm_count // count, k // tiles.min_split_k)) if split_k else 1
+    time_s = 2.0 * tm * tiles.n * math.ceil(k / split) / per_sm_flops_per_s + tile_fixed_s
+    return time_s, count * split
+
+
+def gemm_kernel_s(
+    hw: Hardware,
+    rates: GemmRates,
+    m: int,
+    n: int,
+    k: int,
+    groups: int,
+    weight_bytes: float,
+    act_bytes: float,
+) -> tuple[float, float]:
+    """(compute, memory) seconds of one launch of `groups` M x N x K GEMMs at `rates`."""
+    compute_s, ctas = tiled_gemm(
+        m,
+        n * groups,
+        k,
+        rates.flops_per_s,
+        hw.sm_count,
+        hw.gemm_tiling,
+        rates.tile_fixed_s,
+        rates.tile_m_min,
+        rates.split_k,
+    )
+    bandwidth = rates.hbm_bytes_per_s
+    if rates.occupancy_limited and 0 < ctas < hw.sm_count:
+        bandwidth *= ctas / hw.sm_count
+    memory_s = gemm_bytes(m, n, k, weight_bytes, act_bytes) * groups / bandwidth
+    return compute_s, memory_s
 
 
 def gemm_bytes(m: int, n: int, k: int, weight_bytes: float, act_bytes: float) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.cost.gemm import gemm_bytes, gemm_compute_time_s
+from simulator.cost.gemm import GemmRates, gemm_bytes, gemm_kernel_s, gemm_rates
 from simulator.cost.layout import Formats, ParallelLayout, check_formats, check_layout
 from simulator.cost.ops import OpCost, roofline
 from simulator.hardware.profile import Hardware
@@ -80,28 +80,36 @@ class Kernels:
         groups: int = 1,
         bf16: bool = False,
     ) -> OpCost:
-        """`groups` same-shape GEMMs (MoE experts) launched as one grouped kernel per layer."""
+        """`groups` same-shape GEMMs (MoE experts) launched as one grouped kernel per layer,
+        costed through its kernel class (`gemm_rates`)."""
+        rates = self.gemm_class(m, groups, bf16)
         if bf16:
-            rate, wb, ab = self.bf16_gemm_flops_per_s, BF16_BYTES, BF16_BYTES
+            wb, ab = BF16_BYTES, BF16_BYTES
         else:
-            rate = self.gemm_flops_per_s
             wb = get_format(self.formats.weights).bytes_per_element
             ab = min(get_format(self.formats.activations).bytes_per_element, BF16_BYTES)
         flops = 2.0 * m * n * k * groups * layers
         nbytes = gemm_bytes(m, n, k, wb, ab) * groups * layers
-        hw = self.hw
-        compute_s = gemm_compute_time_s(m, n * groups, k, rate, hw.sm_count, hw.gemm_tiling)
-        compute_s *= layers
+        compute_s, _ = gemm_kernel_s(self.hw, rates, m, n, k, groups, wb, ab)
         return roofline(
             op,
             flops,
             nbytes,
-            rate,
-            self.hbm_bytes_per_s,
+            rates.flops_per_s,
+            rates.hbm_bytes_per_s,
             layers,
             self.hw.kernel_launch_overhead_s,
-            compute_s,
+            compute_s * layers,
         )
+
+    def gemm_class(self, m: int, groups: int = 1, bf16: bool = False) -> GemmRates:
+        """Kernel class and rates of a GEMM of `m` rows per group (BF16 modules: dense BF16)."""
+        if bf16:
+            fmt = attention_tensor_format(frozenset(self.hw.dense_flops_per_s))
+            return gemm_rates(self.hw, fmt, True, m, groups > 1)
+        native = get_format(self.formats.weights).tensor_format
+        weights_native = native is not None and self.hw.supports(native)
+        return gemm_rates(self.hw, self.gemm_format, weights_native, m, groups > 1)
 
     def elementwise(self, op: str, nbytes: float, kernels: int) -> OpCost:
         return roofline(

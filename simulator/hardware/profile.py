@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import InputError, format_validation_error
+from simulator.hardware.gemm_classes import (
+    KERNEL_MODEL_ENV,
+    GemmClasses,
+    GemmClassesSpec,
+    check_formats,
+    to_gemm_classes,
+)
 from simulator.yamlsafe import safe_load_bounded
 
 Positive = Annotated[float, Field(gt=0)]
@@ -108,6 +115,16 @@ class HardwareFile(_Strict):
     price: PriceSpec | None = None
     efficiency: EfficiencySpec
     kernels: KernelSpec
+    # GEMM kernel classes (hardware/gemm_classes.py); absent: the flat efficiency fractions.
+    gemm_classes: GemmClassesSpec | None = None
+
+    @model_validator(mode="after")
+    def _classes_cover_formats(self) -> HardwareFile:
+        if self.gemm_classes is not None:
+            problem = check_formats(self.gemm_classes, set(self.compute.dense_tflops))
+            if problem:
+                raise ValueError(problem)
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +166,7 @@ class Hardware:
     scale_out_fraction: float
     efficiency_spread: float
     gemm_tiling: GemmTiling
+    gemm_classes: GemmClasses | None = None  # None: the flat gemm/hbm fractions
 
     def supports(self, tensor_format: str) -> bool:
         return tensor_format in self.dense_flops_per_s
@@ -189,6 +207,7 @@ def _to_hardware(f: HardwareFile) -> Hardware:
             f.kernels.gemm_tile_n,
             f.kernels.gemm_min_split_k,
         ),
+        gemm_classes=to_gemm_classes(f.gemm_classes),
     )
 
 
@@ -240,7 +259,7 @@ def load_profile_file(path: Path) -> Hardware:
     return _to_hardware(parsed)
 
 
-_CACHE: dict[tuple[str, str], Hardware] = {}
+_CACHE: dict[tuple[str, str, str], Hardware] = {}
 
 
 def load_hardware(name: str, extra: list[Path] | None = None) -> Hardware:
@@ -253,7 +272,7 @@ def load_hardware(name: str, extra: list[Path] | None = None) -> Hardware:
         near = get_close_matches(name, list(paths), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise InputError(f"unknown GPU {name!r}{hint} (valid: {', '.join(sorted(paths))})")
-    key = (name, str(path))
+    key = (name, str(path), os.environ.get(KERNEL_MODEL_ENV, ""))
     if key not in _CACHE:
         _CACHE[key] = load_profile_file(path)
     return _CACHE[key]
