@@ -116,7 +116,8 @@ def test_transfers_from_one_prefill_replica_share_its_link() -> None:
     r = simulator.simulate(disagg({"gb_per_s": 1.0, "latency_s": 0.0}, **w))
     d = r.to_dict()["disaggregation"]
     one = 1000 * LLAMA8B_KV_BYTES_PER_TOKEN / 1e9
-    assert d["kv_link_wait_s"]["p99"] == pytest.approx(one, rel=0.01)
+    # waits [0, one]: their p99 interpolates to 0.99 x one, the edge of a 1% tolerance
+    assert d["kv_link_wait_s"]["p99"] == pytest.approx(0.99 * one, rel=0.01)
     ttft = sorted(r.requests["first_token_s"])
     assert ttft[1] - ttft[0] >= one * 0.99
 
@@ -275,7 +276,10 @@ def test_shipped_ratio_sweep_finds_the_best_split_and_says_why(tmp_path: Path) -
 
 def test_shipped_disaggregated_scenario_beats_colocated_on_the_same_gpus() -> None:
     """The shipped scenario against 4 aggregated replicas on the same 4 H100s (DistServe's
-    claim, 2.0-4.6x the rate under the same SLO): several times the good requests per GPU."""
+    claim, 2.0-4.6x the rate under the same SLO, is for OPT on A100): clearly more good
+    requests per GPU. With the kernel classes BF16 prefill GEMMs run at 0.75 of peak on H100
+    (dense class, K=4096) instead of the flat 0.70, so colocated prefill chunks stretch decode
+    steps less and the margin is 1.8x here (2.0x under FRONTIER_KERNEL_MODEL=flat)."""
     path = "scenarios/disaggregated-long-input-h100.yaml"
     dis = simulator.simulate(simulator.load_scenario(path)).to_dict()
     agg = simulator.simulate(
@@ -284,7 +288,7 @@ def test_shipped_disaggregated_scenario_beats_colocated_on_the_same_gpus() -> No
         )
     ).to_dict()
     assert dis["num_gpus"] == agg["num_gpus"] == 4
-    assert dis["goodput_requests_per_s"] > 2.0 * agg["goodput_requests_per_s"]
+    assert dis["goodput_requests_per_s"] > 1.5 * agg["goodput_requests_per_s"]
 
 
 # ----------------------------------------------------------------------- SLO-rate search

@@ -131,9 +131,9 @@ def test_weight_only_class_where_the_chip_cannot_read_the_weights() -> None:
     k = Kernels(arch, H100, one, Formats("mxfp4", "bf16", "bf16"))
     assert k.gemm_class(8, groups=32).kernel_class == "grouped_weight_only"
     # Weight-only streaming (Marlin W4A16, M=1, N=K=8192, humming PR #2): 34.6 MB at
-    # 0.45 x 3.35 TB/s = 22.9 us + 1.5 us launch, measured 27.0 us.
+    # 0.48 x 3.35 TB/s = 21.5 us + 1.5 us launch, measured 27.0 us.
     rates = gemm_rates(H100, "bf16", weights_native=False)
-    assert rates.hbm_bytes_per_s == pytest.approx(0.45 * 3.35e12)
+    assert rates.hbm_bytes_per_s == pytest.approx(0.48 * 3.35e12)
 
 
 # ---- fit against the published kernel rows ------------------------------------------------

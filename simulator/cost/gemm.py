@@ -82,20 +82,6 @@ def gemm_rates(
     )
 
 
-def gemm_compute_time_s(
-    m: int,
-    n: int,
-    k: int,
-    flops_per_s: float,
-    sm_count: int,
-    tiles: GemmTiling,
-    tile_fixed_s: float = 0.0,
-) -> float:
-    """Tile-quantized compute time of an M x N x K GEMM at an achievable main-loop rate, each
-    CTA paying `tile_fixed_s` per tile it computes."""
-    return tiled_gemm(m, n, k, flops_per_s, sm_count, tiles, tile_fixed_s)[0]
-
-
 def tiled_gemm(
     m: int,
     n: int,
@@ -107,7 +93,8 @@ def tiled_gemm(
     tile_m_min: int | None = None,
     split_k: bool = True,
 ) -> tuple[float, int]:
-    """(compute seconds, CTAs launched) of an M x N x K GEMM, tile- and wave-quantized."""
+    """(compute seconds, CTAs launched) of an M x N x K GEMM, tile- and wave-quantized, at an
+    achievable main-loop rate, each CTA paying `tile_fixed_s` per tile it computes."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0, 0
     small = tiles.m_small if tile_m_min is None else max(tiles.m_small, tile_m_min)
