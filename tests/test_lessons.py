@@ -200,7 +200,9 @@ def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
 
 
 def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
-    """Each page: the frontier, its split by the lesson's key and the breakdown drawn."""
+    """Each page: the frontier, its split by the lesson's key (once per facet) and the
+    breakdown drawn, plus the lesson's own figures (speed-up; goodput per traffic mix)."""
     from test_report import check_in_browser
 
-    check_in_browser([(path, 3) for _, path in runs.values()])
+    plots = {"quantization": 4, "speculative": 5, "disaggregation": 6}
+    check_in_browser([(path, plots.get(name, 3)) for name, (_, path) in runs.items()])

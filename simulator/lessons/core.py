@@ -5,6 +5,7 @@ whose sentences are filled in from the run's own rows.
 from __future__ import annotations
 
 import copy
+import html
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -111,8 +112,9 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
                progress: IO[str] | None = None) -> tuple[list[str], Path]:
     """Sweep the lesson into `out_dir`, write `out_dir/report.html`; return its headlines."""
     spec = lesson_spec(lesson, overrides, quick)
+    stream = progress if progress is not None else sys.stderr
     run_sweep(spec, out_dir, workers=workers, fresh=True, prices=gpu_prices(),
-                        progress_stream=progress if progress is not None else sys.stderr)
+              progress_stream=stream)
     _, rows, manifest = load_sweep_dir(out_dir)
     axes = list(manifest["axes"])
     if lesson.derive is not None:
@@ -123,7 +125,8 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     found = lesson.analyze(good, spec, out_dir)
     rerun = " ".join(["frontier lesson", lesson.name,
                       *(f"--set {o}" for o in (overrides or lesson.rerun))])
-    sections = [Section("What this run shows", " ".join(found.headlines))]
+    sections = [Section("What this run shows", "", html_body="".join(
+        f"<p>{html.escape(line)}</p>" for line in found.headlines))]
     sections.append(Section(
         "Frontier", "Output tokens/s per GPU against output tokens/s per user (p50), the "
         "convention of the field: up is cheaper, right is faster for each user.",
@@ -138,7 +141,9 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
                 split_figure(members, axes, lesson.color_by, DEFAULT_X, DEFAULT_Y)))
     sections.extend(found.extra)
     items = []
-    for r in found.breakdown_points:
+    for i, r in enumerate(found.breakdown_points, 1):
+        stream.write(f"lesson: step breakdown {i}/{len(found.breakdown_points)}\n")
+        stream.flush()
         point = out_dir / "points" / f"{r['point_id']}.yaml"
         if point.is_file() and (parts := step_breakdown(breakdown_scenario(point))):
             label = point_label(r, lesson.label_axes or axes, lesson.color_by, lesson.facet_by)

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.lessons.core import Findings, col
+from simulator.report.page import Section
+from simulator.report.sweep_figures import metric_figure
 from simulator.sweep.table import Row, number
 
 LOAD = "workload.arrival.concurrency"
@@ -135,4 +137,16 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         points.extend(pts)
     if not lines:
         lines.append("No SLO or no aggregated baseline in this run: nothing to compare.")
-    return Findings(lines, points)
+        return Findings(lines, points)
+    extra = []
+    for traffic, group in by_traffic.items():
+        good = [{**r, "good": good_per_gpu(r)} for r in group
+                if number(r, "goodput_requests_per_s") is not None]
+        extra.append(Section(
+            f"Good requests per GPU: {traffic}", "Requests per second per GPU that met both "
+            "SLOs, against the requests in flight, per layout: the peak of each line is what "
+            "that layout can serve within its SLOs.",
+            metric_figure(good, LOAD, "good", LAYOUT, title=f"Goodput per GPU, {traffic}",
+                          x_label="concurrency (requests in flight)",
+                          y_label="good requests/s per GPU")))
+    return Findings(lines, points, extra)

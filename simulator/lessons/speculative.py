@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.lessons.core import Findings, col
+from simulator.report.page import Section
+from simulator.report.sweep_figures import metric_figure
 from simulator.sweep.table import Row, number
 
 KIND = "workload.kind"
@@ -156,4 +158,13 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         for r in (s[0], s[-1]):
             base = baseline(rows, r)
             points.extend([b for b in (base,) if b is not None] + [r])
-    return Findings(lines, points)
+    ups = [{**r, "speed-up": u} for r in rows if method(r) is not None
+           and (u := speedup(rows, r)) is not None]
+    figure = metric_figure(
+        ups, LOAD, "speed-up", LABEL, title="Speed-up over the same model without speculation",
+        x_label="concurrency (requests in flight)", y_label="output tokens/s per GPU, ×",
+        reference_y=1.0)
+    extra = [Section("Where speculation stops paying", "Each method and traffic mix against the "
+                     "same model at the same load without a drafter; below the dashed line at "
+                     "1× drafting costs more than it saves.", figure)]
+    return Findings(lines, points, extra)

@@ -188,3 +188,30 @@ def breakdown_figure(items: Sequence[tuple[str, Mapping[str, float]]]) -> go.Fig
                       title="Where the step time goes (frontier points, rerun with a time series)")
     fig.update_yaxes(automargin=True)
     return fig
+
+
+def metric_figure(rows: Sequence[Row], x: str, y: str, group: str, *, title: str,
+                  x_label: str, y_label: str, log_x: bool = True,
+                  reference_y: float | None = None) -> go.Figure:
+    """Column `y` against column `x`, one line per value of column `group` (e.g. a speed-up
+    against the load, per method); a dashed horizontal line at `reference_y` if given."""
+    groups: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        xv, yv = number(r, x), number(r, y)
+        if xv is not None and yv is not None:
+            groups.setdefault(_fmt(r.get(group)), []).append((xv, yv))
+    fig = go.Figure()
+    for n, (label, pts) in enumerate(sorted(groups.items(), key=lambda kv: _sort_key(kv[0]))):
+        pts.sort()
+        fig.add_trace(go.Scatter(
+            x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers", name=label,
+            line={"color": PALETTE[n % len(PALETTE)], "width": 2}, marker={"size": 7},
+            hovertemplate=f"{label}<br>{x_label} %{{x}}<br>{y_label} %{{y:.3g}}<extra></extra>",
+        ))
+    if reference_y is not None:
+        fig.add_hline(y=reference_y, line={"color": "#7f7f7f", "dash": "dash"})
+    fig.update_layout(title=title, template="plotly_white", height=460,
+                      xaxis_title=x_label, yaxis_title=y_label)
+    if log_x:
+        fig.update_xaxes(type="log")
+    return fig
