@@ -37,11 +37,22 @@ class PresetRow:
     method: str
     kind: str
     acceptance_length: float | None
-    acceptance_rate: float | None
+    # One rate for every position, or one per draft position (`;`-separated in the CSV):
+    # positions past the last are unknown.
+    acceptance_rate: tuple[float, ...] | None
     measured_k: int | None  # draft length of the measurement; None when the source omits it
     checkpoint: str
     source: str
     dataset: str
+
+
+def _rates(cell: str) -> tuple[float, ...] | None:
+    if not cell:
+        return None
+    rates = tuple(float(x) for x in cell.split(";"))
+    if not all(0.0 <= a < 1.0 for a in rates):
+        raise ValueError(f"speculative_presets.csv: acceptance rates {cell!r} must lie in [0, 1)")
+    return rates
 
 
 @cache
@@ -55,7 +66,7 @@ def load_presets() -> dict[str, dict[str, PresetRow]]:
             r["method"],
             r["kind"],
             float(r["acceptance_length"]) if r["acceptance_length"] else None,
-            float(r["acceptance_rate"]) if r["acceptance_rate"] else None,
+            _rates(r["acceptance_rate"]),
             int(r["measured_k"]) if r["measured_k"] else None,
             r["checkpoint"],
             r["source"],
@@ -165,7 +176,16 @@ def per_position_rates(cfg: SpeculativeConfig, kind: str | None) -> tuple[float,
     assert cfg.preset is not None
     row = preset_row(cfg.preset, kind)
     if row.acceptance_rate is not None:
-        return (row.acceptance_rate,) * k
+        rates = row.acceptance_rate
+        if len(rates) == 1:
+            return rates * k  # one published rate, taken for every position
+        if k > len(rates):
+            raise InputError(
+                f"deployment.speculative.preset: {cfg.preset} publishes acceptance for draft "
+                f"positions 1-{len(rates)}; position {len(rates) + 1} on is unknown (not "
+                f"published); use num_speculative_tokens <= {len(rates)} or give acceptance_rate"
+            )
+        return rates[:k]
     assert row.acceptance_length is not None
     measured_k = row.measured_k if row.measured_k is not None else k
     if row.acceptance_length > measured_k + 1 or (
