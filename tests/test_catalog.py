@@ -46,6 +46,10 @@ PUBLISHED_TOTAL: list[tuple[str, float, float, str]] = [
     # OPT paper (Zhang et al. 2022, arXiv 2205.01068) Table 1: the "13B" model (40 layers,
     # 5120 wide); the count here is 12.85B with tied embeddings.
     ("opt-13b", 13 * B, ROUNDED, "OPT paper, arXiv 2205.01068, Table 1"),
+    # Same table: "66B" (64 layers, 9216 wide: 65.7B here) and "175B" (96 layers, 12288 wide:
+    # 174.6B here, the embeddings tied as in the smaller OPT models).
+    ("opt-66b", 66 * B, ROUNDED, "OPT paper, arXiv 2205.01068, Table 1"),
+    ("opt-175b", 175 * B, ROUNDED, "OPT paper, arXiv 2205.01068, Table 1"),
 ]
 
 # (catalog name, published active-per-token, tolerance, source)
@@ -88,6 +92,8 @@ EXPECTED_CATALOG = {
     "gpt-oss-20b",
     "gpt-oss-120b",
     "opt-13b",
+    "opt-66b",
+    "opt-175b",
 }
 
 

@@ -350,3 +350,26 @@ def test_sweeps_vary_each_pools_layout_under_a_gpu_bound() -> None:
             "tensor_parallel"
         ]
         assert gpus <= 4
+
+
+def test_pipelined_prefill_pool_keeps_two_prompts_in_flight() -> None:
+    """A prefill pool of pipeline_parallel 2 runs like a pipelined aggregated engine: with one
+    1000-token prompt per step (max_num_batched_tokens 1000), the second prompt enters stage 1
+    while the first is in stage 2, so its prefill ends about one stage (half a step) after the
+    first's, not a whole step later. Both replicas' sends name the replica that prefilled."""
+    w = one_request(1000, 2)
+    w["workload"]["num_requests"] = 2
+    sched = {"max_num_batched_tokens": 1000, "max_num_seqs": 8, "chunked_prefill": False}
+    dep: dict[str, Any] = {
+        "kind": "disaggregated",
+        "prefill": {**NO_OVERHEAD, "pipeline_parallel": 2, "scheduler": sched},
+        "decode": dict(NO_OVERHEAD),
+        "kv_transfer": {"gb_per_s": 1e4, "latency_s": 0.0},
+    }
+    piped = simulator.simulate(make(deployment=dep, **w))
+    one = simulator.simulate(make(deployment=dep, **one_request(1000, 2)))
+    whole_s = float(one.requests["first_token_s"][0])  # one prompt through both stages
+    gap_s = float(abs(piped.requests["first_token_s"][1] - piped.requests["first_token_s"][0]))
+    assert gap_s < 0.7 * whole_s, (gap_s, whole_s)
+    assert gap_s > 0.3 * whole_s, (gap_s, whole_s)
+    assert piped.to_dict()["num_gpus"] == 3

@@ -13,6 +13,7 @@ taken to use the link while the prefill runs; only the exposed remainder holds i
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ import simpy
 from simulator.cost.kv_transfer import KVLinkCost
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
+from simulator.inputs.deployment import WorkerPool
+from simulator.serving.ranks_setup import make_replicas
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import Router
@@ -41,6 +44,20 @@ class PoolSpec:
     model: StepModel
     style: EngineStyle
     kv_capacity_tokens: int
+    pool: WorkerPool  # its layout picks the replica kind: plain, pipelined, attention-DP ranks
+
+    def build(
+        self,
+        env: simpy.Environment,
+        on_finish: Callable[[Request], None],
+        log: StepLog,
+        check: Callable[[Replica, Any, float], None] | None = None,
+    ) -> list[Replica]:
+        """The pool's replicas, of the same kinds an aggregated deployment of this layout runs
+        (pipeline stages with micro-batches in flight, attention-DP ranks)."""
+        arch = self.model.arch
+        return make_replicas(self.pool, arch, (self.model, self.style, self.cfg), env, on_finish,
+                             log, check)
 
 
 class DisaggregatedPools:
@@ -71,16 +88,10 @@ class DisaggregatedPools:
         self.decode_arrival_s = nan.copy()
         self.decode_scheduled_s = nan.copy()
         self.prefill_preemptions = np.zeros(n, dtype=np.int64)
-        self.prefill = [
-            Replica(
-                env, i, prefill.cfg, prefill.model, prefill.style, self._prefilled, StepLog(False)
-            )
-            for i in range(prefill.replicas)
-        ]
-        self.decode = [
-            Replica(env, i, decode.cfg, decode.model, decode.style, self._decoded, log, check)
-            for i in range(decode.replicas)
-        ]
+        self.prefill = prefill.build(env, self._prefilled, StepLog(False))
+        for rep in self.prefill:  # a ranked replica numbers a request by its rank, not itself
+            rep.on_finish = functools.partial(self._prefilled, src=rep.index)
+        self.decode = decode.build(env, self._decoded, log, check)
         self._send_links = [simpy.Resource(env, 1) for _ in self.prefill]
         self._recv_links = [simpy.Resource(env, 1) for _ in self.decode]
 
@@ -99,7 +110,7 @@ class DisaggregatedPools:
         del output_tokens  # decoded on the other pool
         return Request(index, now_s, input_tokens, 1, priority)
 
-    def _prefilled(self, r: Request) -> None:
+    def _prefilled(self, r: Request, src: int = 0) -> None:
         i = r.index
         self.prefill_scheduled_s[i] = r.scheduled_s
         self.prefill_end_s[i] = self.env.now
@@ -107,7 +118,7 @@ class DisaggregatedPools:
         target = self.route(self.decode, i)
         assert isinstance(target, Replica)
         target.assigned += 1  # counted now, so routers see transfers in flight
-        self.env.process(self._transfer(r, r.replica, target))
+        self.env.process(self._transfer(r, src, target))
 
     def _transfer(self, r: Request, src: int, dst: Replica) -> Any:
         env, i = self.env, r.index
@@ -140,7 +151,7 @@ class DisaggregatedPools:
 
     @property
     def preemptions(self) -> int:
-        return sum(rep.sched.preemptions for rep in self.replicas)
+        return sum(rep.preemptions for rep in self.replicas)
 
     def busy_fraction(self, pool: Sequence[Replica], end_s: float) -> float:
         span_s = end_s * len(pool)
@@ -149,7 +160,8 @@ class DisaggregatedPools:
     def gpu_busy_s(self) -> float:
         """GPU-seconds spent in steps, both pools (each replica's busy time × its GPUs)."""
         p, d = self.spec["prefill"], self.spec["decode"]
+        # A dense pool's attention-DP ranks run as replicas of their share of the GPUs.
         return (
-            sum(rep.busy_s for rep in self.prefill) * p.gpus_per_replica
-            + sum(rep.busy_s for rep in self.decode) * d.gpus_per_replica
+            sum(rep.busy_s for rep in self.prefill) * p.pool.num_gpus / len(self.prefill)
+            + sum(rep.busy_s for rep in self.decode) * d.pool.num_gpus / len(self.decode)
         )

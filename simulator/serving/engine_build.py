@@ -214,4 +214,5 @@ def pool_spec(engine: Engine, pool: WorkerPool) -> PoolSpec:
         engine.step_model,
         engine.style,
         engine.memory.kv_capacity_tokens,
+        pool,
     )

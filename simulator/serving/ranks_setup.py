@@ -108,7 +108,7 @@ def expert_slots(
 
 
 def make_replicas(
-    dep: AggregatedDeployment,
+    dep: AggregatedDeployment | WorkerPool,
     arch: Architecture,
     engine: tuple[StepModel | SpeculativeStepModel, EngineStyle, SchedulerConfig],
     env: simpy.Environment,

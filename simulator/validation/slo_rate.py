@@ -17,11 +17,25 @@ ATTAINMENT = 0.9
 BISECTION_STEPS = 12  # 2^-12 of the bracket: well below the 0.1 req/s the papers quote
 
 
+def at_rate(scenario: dict[str, Any], rate_per_s: float) -> dict[str, Any]:
+    """The scenario with Poisson arrivals at `rate_per_s`. A trace of unit-rate Poisson times
+    (paired prompt and output lengths) is replayed at that rate by scaling its times; its path
+    is taken relative to this folder."""
+    s = copy.deepcopy(scenario)
+    arrival = s["workload"].get("arrival") or {}
+    if arrival.get("kind") == "trace":
+        path = Path(arrival["path"])
+        arrival["path"] = str(path if path.is_absolute() else RATE_ROWS.parent / path)
+        arrival["time_scale"] = 1.0 / rate_per_s
+    else:
+        s["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": rate_per_s}
+    return s
+
+
 def attainment_at(scenario: dict[str, Any], rate_per_s: float) -> float:
     import simulator
 
-    s = copy.deepcopy(scenario)
-    s["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": rate_per_s}
+    s = at_rate(scenario, rate_per_s)
     value = simulator.simulate(simulator.load_scenario(s)).to_dict()["slo_attainment"]
     return float(value)
 
@@ -66,5 +80,12 @@ def goodput(name: str) -> float:
 
 
 def predict_ratio(row_id: str) -> float:
-    numerator, denominator = _spec()["rows"][row_id]
+    """A row is [numerator, denominator], or {min: [[n, d], ...]} / {max: ...} when the paper
+    gives a range over several setups (its low or its high end)."""
+    spec = _spec()["rows"][row_id]
+    if isinstance(spec, dict):
+        (how, pairs), = spec.items()
+        ratios = [goodput(n) / goodput(d) for n, d in pairs]
+        return min(ratios) if how == "min" else max(ratios)
+    numerator, denominator = spec
     return goodput(numerator) / goodput(denominator)
