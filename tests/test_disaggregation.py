@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 import simulator
+from simulator.cli.app import main
 from simulator.cost.kv_transfer import KVLinkCost
 from simulator.errors import InputError
 from simulator.report.pool_report import best_ratio_lines
@@ -272,6 +273,14 @@ def test_shipped_ratio_sweep_finds_the_best_split_and_says_why(tmp_path: Path) -
     page = write_sweep_report(tmp_path / "out", tmp_path / "r.html", breakdown=False)
     report = page.read_text()
     assert "Prefill/decode pools" in report and "best 2P2D" in report
+    # `frontier export` of the best point launches both pools and the front end between them.
+    main(["export", str(tmp_path / "out"), "--top", "1", "--engine", "sglang",
+          "--out", str(tmp_path / "launch.sh")])
+    script = (tmp_path / "launch.sh").read_text()
+    assert script.count("--disaggregation-mode prefill") == 2
+    assert script.count("--disaggregation-mode decode") == 2
+    assert "sglang_router.launch_router --pd-disaggregation" in script
+    assert "--base-url http://127.0.0.1:30000" in script.replace(" \\\n    ", " ")
 
 
 def test_shipped_disaggregated_scenario_beats_colocated_on_the_same_gpus() -> None:
@@ -373,3 +382,39 @@ def test_pipelined_prefill_pool_keeps_two_prompts_in_flight() -> None:
     assert gap_s < 0.7 * whole_s, (gap_s, whole_s)
     assert gap_s > 0.3 * whole_s, (gap_s, whole_s)
     assert piped.to_dict()["num_gpus"] == 3
+
+
+def _one_line(lines: list[str]) -> str:
+    return "\n".join(lines).replace(" \\\n    ", " ")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_export_launches_both_pools_with_their_own_layouts(engine: str) -> None:
+    """2 prefill replicas of TP 2 on GPUs 0-3, one decode replica of TP 4 on GPUs 4-7 with an
+    FP8 KV cache, each with its KV connector; a front end that knows all three; the load sent
+    to the front end."""
+    from simulator.sweep.export import bench_command, launch_commands
+
+    scenario = make(deployment={
+        "kind": "disaggregated",
+        "prefill": {"replicas": 2, "tensor_parallel": 2},
+        "decode": {"tensor_parallel": 4, "precision": {"kv_cache": "fp8"}},
+    })
+    text = _one_line(launch_commands(scenario, engine))
+    tp = {"vllm": "--tensor-parallel-size", "sglang": "--tp-size", "trtllm": "--tp_size"}[engine]
+    assert text.count(f"{tp} 2") == 2 and text.count(f"{tp} 4") == 1
+    assert "CUDA_VISIBLE_DEVICES=0,1 " in text and "CUDA_VISIBLE_DEVICES=2,3 " in text
+    assert "CUDA_VISIBLE_DEVICES=4,5,6,7 " in text
+    assert "disaggregated 2P1D on 8 GPU(s)" in text
+    if engine == "vllm":
+        assert text.count("NixlConnector") == 3
+        assert "--prefiller-ports 8100 8101 --decoder-hosts 127.0.0.1 --decoder-ports 8200" in text
+        assert text.count("--kv-cache-dtype fp8") == 1
+    elif engine == "sglang":
+        assert "--prefill http://127.0.0.1:30100 8998 --prefill http://127.0.0.1:30101 8999" in text
+    else:
+        assert text.count("cache_transceiver_config:") == 2
+        assert "trtllm-serve disaggregated -c disagg-config.yml" in text
+        assert "num_instances: 2" in text and "num_instances: 1" in text
+    port = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}[engine]
+    assert f"--base-url http://127.0.0.1:{port}" in _one_line(bench_command(scenario, engine))
