@@ -49,19 +49,29 @@ def _axes(x: str | None, y: str | None) -> dict[str, Any]:
 @click.option("--skip-bad-rows", is_flag=True,
               help="Drop (and count in each point's warnings) trace rows that are bad or pass "
                    "the context window, instead of refusing the point.")
+@click.option("--screen", is_flag=True,
+              help="Estimate every point in closed form first and simulate only those the "
+                   "estimate cannot rule out: certainly dominated on the frontier axes, or "
+                   "(with the sweep's slo:) certainly missing the SLO, which then makes the "
+                   "frontier the one within the SLO. Screened points are counted with reasons.")
+@click.option("--screen-ignore-slo", is_flag=True,
+              help="With --screen: rule out dominated points only, keep the plain frontier.")
 def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resume: bool,
           fresh: bool, ray_address: str | None, gpu_price: tuple[str, ...], x_axis: str | None,
-          y_axis: str | None, color_by: str | None, no_report: bool, skip_bad_rows: bool) -> None:
+          y_axis: str | None, color_by: str | None, no_report: bool, skip_bad_rows: bool,
+          screen: bool, screen_ignore_slo: bool) -> None:
     """Simulate every point of SWEEP_FILE's grid and find the frontier."""
     from simulator.sweep.cost import gpu_prices
     from simulator.sweep.pipeline import run_sweep
 
     if resume and fresh:
         raise InputError("--resume and --fresh exclude each other")
+    if screen_ignore_slo and not screen:
+        raise InputError("--screen-ignore-slo needs --screen")
     outcome = run_sweep(
         sweep_file, out_dir, backend=backend, workers=workers, resume=resume, fresh=fresh,
         ray_address=ray_address, prices=gpu_prices(gpu_price), skip_bad_rows=skip_bad_rows,
-        **_axes(x_axis, y_axis),
+        screen=screen, screen_slo=not screen_ignore_slo, **_axes(x_axis, y_axis),
     )
     if not no_report:
         from simulator.report import write_sweep_report
@@ -268,11 +278,26 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
 @click.option("--requests", "num_requests", type=click.IntRange(min=1), default=1000,
               show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True)
-def bench_sweep(points: int, num_requests: int, workers: int) -> None:
+@click.option("--screen", is_flag=True,
+              help="Run the grid with the closed-form screen, then without it: share "
+                   "screened out, speed-up, and whether the frontiers agree.")
+@click.option("--screen-only", is_flag=True,
+              help="With --screen: time the screen alone (expansion, estimates, plan), "
+                   "simulating nothing (e.g. --points 10000).")
+def bench_sweep(points: int, num_requests: int, workers: int, screen: bool,
+                screen_only: bool) -> None:
     """Benchmark a whole sweep: points simulated per second on N worker processes."""
     from simulator.bench.sweep import run_sweep_bench
 
-    for line in run_sweep_bench(points, num_requests, workers):
+    if screen_only and not screen:
+        raise InputError("--screen-only needs --screen")
+    if screen:
+        from simulator.bench.screen import run_screen_bench
+
+        lines = run_screen_bench(points, num_requests, workers, screen_only)
+    else:
+        lines = run_sweep_bench(points, num_requests, workers)
+    for line in lines:
         click.echo(line)
         sys.stdout.flush()
 

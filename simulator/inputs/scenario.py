@@ -9,6 +9,7 @@ error locations: a user reads `workload.arrival.rate_per_s`, not `workload.arriv
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -170,8 +171,12 @@ def _parse_override(item: str) -> tuple[tuple[str, ...], Any]:
     return parts, value
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    """A copy of `data` with each `key.path=value` override applied, in order.
+Override = str | tuple[tuple[str, ...], Any]  # `key.path=value`, or (path parts, typed value)
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[Override]) -> dict[str, Any]:
+    """A copy of `data` with each `key.path=value` override applied, in order (an override
+    may also come typed, as (path parts, value): a sweep's grid values need no YAML round trip).
 
     Values are parsed as YAML (`4`, `0.5`, `true`, `fp8`, `[1, 2]`, `{kind: poisson, ...}`);
     typing is left to the schema. Missing or null intermediate mappings are created.
@@ -184,8 +189,13 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str]) -> dict[s
     root: dict[str, Any] = copy.deepcopy(dict(data))
     explicit: list[tuple[str, ...]] = []
     kind_changed: set[tuple[str, ...]] = set()
-    for item in overrides:
-        parts, value = _parse_override(item)
+    for entry in overrides:
+        if isinstance(entry, str):
+            item = entry
+            parts, value = _parse_override(entry)
+        else:
+            parts, value = entry[0], copy.deepcopy(entry[1])
+            item = f"{'.'.join(parts)}={json.dumps(value)}"
         node = root
         for i, key in enumerate(parts[:-1]):
             child = node.get(key)

@@ -82,7 +82,13 @@ def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
     _, rows, manifest = load_sweep_dir(sweep_dir)
     axes: list[str] = list(manifest["axes"])
     ok = [r for r in rows if r.get("point_status") == "ok"]
-    front = frontier_rows(rows, x, y)
+    within = manifest.get("frontier_within_slo") or {}
+    if within:  # a screened sweep ruled out SLO misses: its frontier is the one within the SLO
+        from simulator.sweep.recommend import slo_failures
+
+        front = frontier_rows([r for r in rows if not slo_failures(r, within)], x, y)
+    else:
+        front = frontier_rows(rows, x, y)
     facts = [
         ("sweep file", str(manifest.get("source", "?"))),
         ("swept keys", ", ".join(axes) or "(none)"),
@@ -93,6 +99,8 @@ def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
     ]
     for reason, n in sorted(manifest.get("dropped", {}).items(), key=lambda kv: -kv[1]):
         facts.append(("dropped", f"{n}: {reason}"))
+    for reason, n in sorted(manifest.get("screened", {}).items(), key=lambda kv: -kv[1]):
+        facts.append(("screened out (not simulated)", f"{n}: {reason}"))
     sections = [Section("Summary", "", html_body=facts_table(facts))]
     if ok:
         sections.append(Section(

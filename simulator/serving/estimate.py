@@ -14,14 +14,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from simulator.engines.style import FrontEnd
 from simulator.inputs.deployment import DisaggregatedDeployment
 from simulator.inputs.scenario import (
     ClosedLoopArrival,
-    ConstantArrival,
-    GammaArrival,
     OfflineArrival,
     Scenario,
 )
@@ -37,13 +33,21 @@ from simulator.serving.steady_state import (
     decode_steps,
     kingman_wait_s,
     kv_batch_limit,
+    operating_point,
     prefill_capacity_per_s,
     seat_wait_s,
     solve_population,
     solve_rate,
     tail_s,
 )
+from simulator.serving.stream_moments import (
+    arrival_cv2,
+    offered_rate_per_s,
+    refused_requests,
+    traffic_of,
+)
 from simulator.serving.unit_build import make_unit
+from simulator.serving.waves import identical, waves
 from simulator.serving.workload import RequestStream
 
 NOT_MODELLED = (
@@ -83,6 +87,7 @@ class Estimate:
     run_output_tokens_per_s_per_gpu: float  # over num_requests, drain included
     num_gpus: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    requests_refused: int = 0  # requests the engine drops on arrival (context, KV, budget)
 
     def to_dict(self) -> dict[str, Any]:
         ms = 1e3
@@ -99,46 +104,10 @@ class Estimate:
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s_per_gpu,
             "output_tokens_per_s_per_user_p50": self.output_tokens_per_s_per_user_p50,
             "run_output_tokens_per_s_per_gpu": self.run_output_tokens_per_s_per_gpu,
-            "num_gpus": self.num_gpus, "notes": list(self.notes),
+            "num_gpus": self.num_gpus, "requests_refused": self.requests_refused,
+            "notes": list(self.notes),
             "not_modelled": list(NOT_MODELLED),
         }
-
-
-def traffic_of(stream: RequestStream, decode_pool: bool = False,
-               reserve_full: bool = False) -> Traffic:
-    """The moments of the request stream the fluid model needs."""
-    i = stream.input_tokens.astype(np.float64)
-    o = stream.output_tokens.astype(np.float64)
-    i_mean, o_mean = float(i.mean()), float(o.mean())
-    ctx = float(np.sum(o * (i + o / 2)) / np.sum(o)) if o.sum() > 0 else i_mean
-    held = i_mean + (o_mean if reserve_full else o_mean / 2)
-    gaps = np.diff(stream.arrival_s)
-    gaps = gaps[np.isfinite(gaps)]
-    cv2 = float(gaps.var() / gaps.mean() ** 2) if gaps.size > 1 and gaps.mean() > 0 else 1.0
-    return Traffic(i_mean, o_mean, float(np.percentile(i, 99)), float(np.percentile(o, 10)),
-                   float(i.var() / i_mean**2) if i_mean > 0 else 0.0, cv2, ctx, held)
-
-
-def _arrival_cv2(scenario: Scenario, traffic: Traffic) -> float:
-    a = scenario.workload.arrival
-    if isinstance(a, GammaArrival):
-        return float(a.cv**2)
-    if isinstance(a, ConstantArrival):
-        return 0.0
-    return traffic.arrival_cv2 if a.kind == "trace" else 1.0
-
-
-def _rate_per_s(scenario: Scenario, stream: RequestStream) -> float | None:
-    """Offered requests/s of an open-loop stream (None: closed loop or offline)."""
-    a = scenario.workload.arrival
-    if isinstance(a, ClosedLoopArrival | OfflineArrival):
-        return None
-    rate = getattr(a, "rate_per_s", None)
-    if rate is not None:
-        return float(rate)
-    t = stream.arrival_s
-    span = float(t[-1] - t[0]) if len(t) > 1 else 0.0
-    return (len(t) - 1) / span if span > 0 else None
 
 
 @dataclass(frozen=True)
@@ -154,12 +123,24 @@ class _Side:
     seat_wait_s: float = 0.0  # closed loop: wait for a free seat
 
 
-def _open(unit: Unit, traffic: Traffic, count: int, rate: float) -> _Side:
+def _open(unit: Unit, traffic: Traffic, count: int, rate: float, requests: float,
+          span_s: float) -> _Side:
+    """The open-loop steady state of `count` units sharing `rate` (overloaded: the full batch),
+    no larger than a finite run reaches: by Little's law over the run, `requests` arriving over
+    `span_s` and each staying R keep requests · R / (span + R) in flight on average."""
     top, why = capacity(unit, traffic)
-    per = rate / count
-    op = solve_rate(unit, traffic, per)
+    op = solve_rate(unit, traffic, rate / count)
     stable = op is not None
-    return _Side(unit, count, op if op is not None else top, why, top.rate_per_s, stable)
+    if op is None:
+        op = top
+    d = decode_steps(traffic, unit)
+    for _ in range(4):
+        stay = op.prefill_s + d * op.step_s
+        b = requests * stay / (span_s + stay) if span_s + stay > 0 else op.batch
+        if b >= op.batch * 0.999:
+            break
+        op = operating_point(unit, traffic, b)
+    return _Side(unit, count, op, why, top.rate_per_s, stable)
 
 
 def _queue(side: _Side, traffic: Traffic, cv2: float, rate_per_unit: float,
@@ -254,9 +235,9 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
               sides_in: list[tuple[Unit, Traffic, int]], kind: str, notes: list[str],
               front: FrontEnd) -> Estimate:
     n_req = len(stream)
-    rate = _rate_per_s(scenario, stream)
+    rate = offered_rate_per_s(scenario, stream)
     gpus = scenario.num_gpus
-    cv2 = _arrival_cv2(scenario, sides_in[-1][1])
+    cv2 = arrival_cv2(scenario, sides_in[-1][1])
     client = front.ingest_s + front.first_chunk_s
     i_mean = sides_in[0][1].input_mean
     offset_mean = client + front.per_input_token_s * i_mean
@@ -278,10 +259,11 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     seat_wait = 0.0
     if population is not None and len(sides_in) == 1:
         unit, traffic, count = sides_in[0]
-        op, seat_wait = solve_population(unit, traffic, population / count, offset_mean)
+        active = max(1.0, min(float(count), population))  # fewer in flight than units
+        op, seat_wait = solve_population(unit, traffic, population / active, offset_mean)
         top, why = capacity(unit, traffic)
         sides.append(_Side(unit, count, op, why, top.rate_per_s, True, seat_wait))
-        rate = op.rate_per_s * count
+        rate = op.rate_per_s * active
     else:
         if rate is None:  # closed loop over two pools: drive at the tighter pool's capacity
             rate = cap_total * 0.999
@@ -295,7 +277,8 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
                 cap_u = prefill_capacity_per_s(unit, traffic)
                 sides.append(_Side(unit, count, alone, "prefill", cap_u, per < cap_u))
             else:
-                sides.append(_open(unit, traffic, count, rate))
+                span = float(stream.arrival_s[-1] - stream.arrival_s[0]) if n_req > 1 else 0.0
+                sides.append(_open(unit, traffic, count, rate, n_req / count, span))
     stable = all(s.stable for s in sides) and rate <= cap_total * (1 + 1e-9)
     dec = sides[-1]
     traffic = sides_in[-1][1]
@@ -318,6 +301,10 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         else:
             q_mean += side.seat_wait_s
             q_p99 += side.seat_wait_s
+        if population is None and side.stable and side.cap_per_s > 0:
+            # A finite run's queue holds at most its own requests.
+            whole_s = n_req / count / side.cap_per_s
+            q_mean, q_p99 = min(q_mean, whole_s / 2), min(q_p99, whole_s)
         queue_mean += q_mean
         scale = traffic_s.input_p99 / max(traffic_s.input_mean, 1.0)
         ttft_mean += q_mean + side.op.prefill_s
@@ -341,6 +328,8 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     if not stable and population is None and rate > 0:
         # Overloaded open loop: the backlog grows through the run; request j waits about
         # j (1/capacity - 1/rate).
+        if not dec.unit.prefills_only and dec.op.rate_per_s > 0:  # the run's own batch limit
+            cap_total = min(cap_total, dec.op.rate_per_s * dec.count)
         growth = n_req * max(0.0, 1 / cap_total - 1 / rate)
         base = sum(s.op.prefill_s for s in sides) + dec.op.step_s
         ttft_mean, ttft_p99 = base + growth / 2, base + 0.99 * growth
@@ -354,6 +343,17 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     tps = served * out_tok
     e2e = drain_ttft + offset_mean + decode_steps(traffic, dec.unit) * dec.op.step_s
     run_tps = _run_throughput(scenario, stream, served, out_tok, e2e, population)
+    batch = dec.op.batch
+    if population is not None and len(sides_in) == 1 and identical(traffic):
+        active = max(1.0, min(float(dec.count), population))  # fewer in flight than units
+        w = waves(dec.unit, traffic, population / active, n_req / active,
+                  isinstance(a, OfflineArrival))
+        notes.append("identical requests in a closed loop: synchronized waves (one prefill "
+                     "burst, then lockstep decode)")
+        tpot50 = tpot99 = w.tpot_s
+        ttft_mean, ttft_p99 = w.ttft_mean_s + offset_mean, w.ttft_p99_s + offset_p99
+        run_tps = n_req * out_tok / w.duration_s if w.duration_s > 0 else 0.0
+        batch = w.batch
     cap_b, why = batch_limit(dec.unit, traffic)
     if dec.unit.kv_tokens < traffic.input_mean + traffic.output_mean:
         notes.append("the KV cache of one unit holds less than one mean request: requests "
@@ -361,10 +361,10 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         stable = False
     return Estimate(
         kind, stable, why if not dec.unit.prefills_only else dec.limit, dec.count, served,
-        cap_total, dec.op.batch, cap_b, kv_batch_limit(dec.unit, traffic),
+        cap_total, batch, cap_b, kv_batch_limit(dec.unit, traffic),
         dec.unit.kv_tokens, dec.op.step_s, tpot50, tpot99, ttft_mean,
         ttft_p99, queue_mean, tps, tps / gpus, 1.0 / tpot50 if tpot50 > 0 else math.inf,
-        run_tps / gpus, gpus, tuple(notes),
+        run_tps / gpus, gpus, tuple(notes), refused_requests(engine, stream),
     )
 
 

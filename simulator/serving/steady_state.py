@@ -62,6 +62,7 @@ class Traffic:
     input_p99: float
     output_p10: float
     input_cv2: float  # squared coefficient of variation of prompt lengths
+    output_cv2: float  # and of output lengths
     arrival_cv2: float  # of the gaps between arrivals (Poisson 1, constant 0)
     # Time-weighted cached context of a decoding sequence, E[O (I + O/2)] / E[O]; and the KV
     # one request holds on average over its stay (prompt + half its output, or all of it).

@@ -224,9 +224,8 @@ def expand(spec: SweepSpec) -> Expansion:
         values: dict[str, Any] = {}
         for dim, row in zip(spec.dimensions, combo, strict=True):
             values.update(zip(dim.paths, row, strict=True))
-        overrides = [f"{p}={json.dumps(v)}" for p, v in values.items()]
         try:
-            raw = apply_overrides(spec.base, overrides)
+            raw = apply_overrides(spec.base, [(tuple(p.split(".")), v) for p, v in values.items()])
         except InputError as exc:
             raise InputError(f"{spec.source}: {exc}") from None
         _absolute_paths(raw, spec.base_dir)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,8 +22,10 @@ from typing import IO, Any
 import yaml
 
 from simulator.errors import InputError
+from simulator.sweep import screen as screen_mod
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
 from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep
+from simulator.sweep.recommend import slo_failures, slo_from_scenario
 from simulator.sweep.runners import (
     RAY_INSTALL_HINT,
     Evaluate,
@@ -65,6 +68,19 @@ class SweepOutcome:
     y: Axis = DEFAULT_Y
     written: list[str] = field(default_factory=list)
     store_notes: list[str] = field(default_factory=list)
+    screened: Counter[str] = field(default_factory=Counter)  # --screen: reason -> points
+    screen_s: float = 0.0  # wall time of the screen (estimates and the plan)
+    frontier_slo: dict[str, float] = field(default_factory=dict)  # frontier within this SLO
+
+    def screen_lines(self) -> list[str]:
+        if not self.screened and not self.screen_s:
+            return []
+        n = sum(self.screened.values())
+        lines = [f"screen: {n} of {self.runnable} points screened out by the closed-form "
+                 f"estimate in {self.screen_s:.1f} s (frontier estimate), never simulated"]
+        for reason, k in self.screened.most_common():
+            lines.append(f"{k} point{'s' if k != 1 else ''} screened out: {reason}")
+        return lines
 
     def summary_lines(self) -> list[str]:
         before = self.grid_size - self.runnable
@@ -74,6 +90,7 @@ class SweepOutcome:
             + (f" ({self.resumed} already in the store, skipped)" if self.resumed else "")
         ]
         lines.extend(self.store_notes)
+        lines.extend(self.screen_lines())
         for reason, n in self.dropped.most_common():
             lines.append(f"{n} point{'s' if n != 1 else ''} dropped: {reason}")
             if reason in self.examples:
@@ -82,8 +99,12 @@ class SweepOutcome:
         retry = " (see point_error in results.csv; --resume retries them)" if self.crashed else ""
         lines.append(f"{self.ran} points run now: {self.ok} simulated{refused}, "
                      f"{self.crashed} crashed{retry}")
+        within = ""
+        if self.frontier_slo:
+            within = ", among points within the SLO " + ", ".join(
+                f"{k} <= {v:g} s" for k, v in self.frontier_slo.items())
         lines.append(f"frontier: {len(self.frontier)} points ({self.y.label} against "
-                     f"{self.x.label})")
+                     f"{self.x.label}{within})")
         lines.append("wrote " + ", ".join(self.written))
         return lines
 
@@ -128,8 +149,15 @@ def run_sweep(
     progress_stream: IO[str] | None = None,
     evaluate: Evaluate = evaluate_point,
     skip_bad_rows: bool = False,
+    screen: bool = False,
+    screen_slo: bool = True,
+    screen_only: bool = False,
 ) -> SweepOutcome:
-    """Run a sweep file into `out_dir` and write its outputs (module docstring)."""
+    """Run a sweep file into `out_dir` and write its outputs (module docstring). `screen`:
+    estimate every point first and simulate only those the estimate cannot rule out
+    (sweep/screen.py); `screen_slo` lets it rule out points that certainly miss the sweep's
+    SLO (the frontier is then the one among points within the SLO); `screen_only` (for the
+    benchmark) stops after the screen."""
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: choose local or ray")
     if backend == "ray" and not ray_available():
@@ -142,8 +170,9 @@ def run_sweep(
     out = Path(out_dir)
     workers = workers or _cpu_count()
     try:
+        opts = _Screen(screen, screen_slo, screen_only)
         return _run_into(out, spec, expansion, backend, workers, resume, fresh, ray_address,
-                         prices or {}, x, y, progress_stream, evaluate, skip_bad_rows)
+                         prices or {}, x, y, progress_stream, evaluate, skip_bad_rows, opts)
     except (SweepBusyError, StoreExistsError):
         raise
     except OSError as exc:  # a full disk, a read-only folder: the stored points stay
@@ -155,10 +184,17 @@ def run_sweep(
         ) from None
 
 
+@dataclass(frozen=True)
+class _Screen:
+    on: bool = False
+    slo: bool = True
+    only: bool = False
+
+
 def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, workers: int,
               resume: bool, fresh: bool, ray_address: str | None, prices: Mapping[str, float],
               x: Axis, y: Axis, progress_stream: IO[str] | None, evaluate: Evaluate,
-              skip_bad_rows: bool) -> SweepOutcome:
+              skip_bad_rows: bool, opts: _Screen = _Screen()) -> SweepOutcome:
     """Run the points still to do into `out` under its lock, then write the outputs."""
     out.mkdir(parents=True, exist_ok=True)
     with ResultStore(out / STORE_NAME, resume=resume, fresh=fresh) as store:
@@ -168,10 +204,21 @@ def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, wo
                          f"interrupted run")
         if store.bad_lines:
             notes.append(f"store: skipped {store.bad_lines} unreadable line(s)")
-        finished = store.finished()
+        stored = store.records()
+        # A point screened out before is run when this sweep does not screen.
+        finished = {k for k in store.finished()
+                    if opts.on or stored[k]["point_status"] != screen_mod.STATUS}
         todo = [p for p in expansion.points if p.key not in finished]
         write_point_files(out / "points", expansion.points)
         tasks = [Task(p.key, p.values, p.scenario, skip_bad_rows) for p in todo]
+        targets = slo_from_scenario(spec.base) if opts.on and opts.slo else {}
+        screen_s = 0.0
+        if opts.on:
+            t0 = time.perf_counter()
+            tasks = _screen(store, tasks, workers, x, y, targets)
+            screen_s = time.perf_counter() - t0
+            if opts.only:
+                tasks = []
         progress = Progress(len(tasks), progress_stream)
         counts: Counter[str] = Counter()
 
@@ -190,7 +237,8 @@ def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, wo
         records = store.records()
         outcome = SweepOutcome(out, expansion.total, len(expansion.points),
                                len(expansion.points) - len(todo), len(tasks), counts["ok"],
-                               counts["error"], counts["dropped"], x=x, y=y, store_notes=notes)
+                               counts["error"], counts["dropped"], x=x, y=y, store_notes=notes,
+                               screen_s=screen_s, frontier_slo=targets)
         finalize(out, spec, expansion, records, prices, outcome)  # still under the lock
     return outcome
 
@@ -203,10 +251,15 @@ def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[
     rows = build_rows(points, records, prices)
     columns = columns_of(rows, spec.axes)
     write_csv(out / "results.csv", rows, columns)
-    front = frontier_rows(rows, outcome.x, outcome.y)
+    eligible = rows
+    if outcome.frontier_slo:  # the screen ruled out SLO misses: the frontier within the SLO
+        eligible = [r for r in rows if not slo_failures(r, outcome.frontier_slo)]
+    front = frontier_rows(eligible, outcome.x, outcome.y)
     write_csv(out / "frontier.csv", front, columns)
     outcome.frontier = front
     outcome.dropped, outcome.examples = _merge_drops(expansion, points, records)
+    outcome.screened = Counter(str(r.get("reason")) for r in records.values()
+                               if r["point_status"] == screen_mod.STATUS)
     manifest = {
         "source": spec.source,
         "axes": spec.axes,
@@ -214,6 +267,8 @@ def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[
         "points": len(points),
         "dropped": dict(outcome.dropped),
         "drop_examples": outcome.examples,
+        "screened": dict(outcome.screened),
+        "frontier_within_slo": dict(outcome.frontier_slo),
         "x": {"column": outcome.x.column, "maximize": outcome.x.maximize,
               "label": outcome.x.label},
         "y": {"column": outcome.y.column, "maximize": outcome.y.maximize,
@@ -222,6 +277,28 @@ def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[
     write_atomic(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     outcome.written = [str(out / "results.csv"), str(out / "frontier.csv")]
     outcome.written.append(f"{out / 'points'}/ ({len(points)} scenarios)")
+
+
+def _screen(store: ResultStore, tasks: list[Task], workers: int, x: Axis, y: Axis,
+            targets: Mapping[str, float]) -> list[Task]:
+    """Estimate every task, store the points the screen rules out, return the rest."""
+    estimates: dict[str, Record] = {}
+
+    def keep(rec: Record) -> None:
+        estimates[rec["key"]] = rec
+
+    if workers > 1 and len(tasks) > 1:
+        run_local(tasks, workers, keep, screen_mod.estimate_point)
+    else:
+        for t in tasks:
+            keep(screen_mod.estimate_point(t))
+    plan = screen_mod.plan_screen([(t.key, t.scenario) for t in tasks], estimates, x, y,
+                                  targets)
+    store.append_many(
+        screen_mod.screened_record(t.key, t.values, plan.dropped[t.key],
+                                   (estimates[t.key].get("result") or {}).get("estimate"))
+        for t in tasks if t.key in plan.dropped)
+    return [t for t in tasks if t.key not in plan.dropped]
 
 
 def _cpu_count() -> int:

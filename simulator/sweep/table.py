@@ -1,7 +1,8 @@
 """Sweep rows: one flat dict per point (the columns of results.csv), written and read back.
 
-Columns: `point_id` (the key of `points/<key>.yaml`), `point_status` (ok | dropped | error),
-`point_error`, then the swept values under their key paths, then every result key flattened
+Columns: `point_id` (the key of `points/<key>.yaml`), `point_status` (ok | dropped | error |
+screened), `point_error` (for a screened point, the screen's reason; its estimate follows in
+`estimate.*` columns), then the swept values under their key paths, then every result key flattened
 with dots (`ttft_s.p99`), then the derived `usd_per_million_output_tokens` and
 `energy_j_per_output_token`.
 """
@@ -70,6 +71,9 @@ def build_rows(
             "point_error": rec.get("error"),
         }
         row.update(p.values)
+        if rec["point_status"] == "screened":  # ruled out by the closed-form estimate
+            row["point_error"] = rec.get("reason")
+            row.update({f"estimate.{k}": v for k, v in (rec.get("result") or {}).items()})
         if rec["point_status"] == "ok" and rec.get("result"):
             result = flatten(rec["result"] or {})
             row.update(result)

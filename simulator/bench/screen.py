@@ -1,0 +1,162 @@
+"""The sweep screen's own figures: its error band against the simulation (`measure_bands`,
+which `screen_bands.yaml` was written from) and its speed (`run_screen_bench`)."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from simulator.inputs.shipped import scenarios_dir
+from simulator.inputs.yamlfile import load_yaml_mapping
+from simulator.sweep.grid import expand, load_sweep
+from simulator.sweep.runners import Task, evaluate_point, run_local
+from simulator.sweep.screen import PREDICTED, estimate_point, point_class
+from simulator.sweep.store import Record, make_record
+from simulator.sweep.table import flatten, number
+
+
+def _pair_record(task: Task) -> Record:
+    """The estimate and the simulation of one point, side by side."""
+    est = estimate_point(task)
+    stable = bool((est.get("result") or {}).get("stable", True))
+    pair = {"est": est, "sim": evaluate_point(task),
+            "class": point_class(task.scenario, stable)}
+    return make_record(task.key, task.values, "pair", result=pair)
+
+
+def _scenario_grid(name: str, sweep: dict[str, Any]) -> dict[str, Any]:
+    data = dict(load_yaml_mapping(scenarios_dir() / name, "scenario", "keys"))
+    data["sweep"] = sweep
+    return data
+
+
+def band_grids() -> list[Mapping[str, Any]]:
+    """Where the bands are measured beyond the shipped sweeps: the shipped scenarios over their
+    load, engine styles and batch limits, and the bench-sweep grid."""
+    from simulator.bench.sweep import bench_sweep_spec
+
+    rates = "workload.arrival.rate_per_s"
+    closed = [{"kind": "closed_loop", "concurrency": c} for c in (4, 32, 128)]
+    return [
+        _scenario_grid("chat-llama-3.1-8b-h100.yaml", {
+            rates: [1, 3, 6, 10, 14, 20], "deployment.scheduler.max_num_seqs": [64, 256],
+            "deployment.engine": ["vllm", "sglang", "trtllm"]}),
+        _scenario_grid("chat-llama-3.1-8b-h100.yaml", {"workload.arrival": closed}),
+        _scenario_grid("llama-3.3-70b-8xh100-fp8-poisson.yaml", {rates: [1, 4, 8, 16]}),
+        _scenario_grid("pipeline-llama-405b-2x-h100.yaml", {rates: [0.5, 1, 2, 4]}),
+        _scenario_grid("speculative-chat-eagle3-h100.yaml", {rates: [1, 4, 8, 16]}),
+        _scenario_grid("speculative-code-eagle3-h100.yaml", {rates: [1, 4, 8]}),
+        _scenario_grid("moe-gpt-oss-120b-b200.yaml", {rates: [2, 8, 16]}),
+        _scenario_grid("moe-attention-dp-qwen3-235b-h200.yaml",
+                       {"workload.arrival.concurrency": [16, 64, 256]}),
+        _scenario_grid("disaggregated-long-input-h100.yaml", {rates: [1, 3, 6]}),
+        bench_sweep_spec(400, 1000),
+    ]
+
+
+def measure_bands(workers: int = 2, counts: Sequence[int | None] = (None, 200, 60),
+                  margin: float = 0.10) -> str:
+    """screen_bands.yaml: per class and metric, the range of simulated / estimated over the
+    shipped sweeps and `band_grids()` at each request count, widened by `margin`."""
+    sweeps = scenarios_dir() / "sweeps"
+    sources: list[str | Path | Mapping[str, Any]] = [*sorted(sweeps.glob("*.yaml")),
+                                                     *band_grids()]
+    merged: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for n in counts:
+        for cls, metrics in ratios(sources, n, workers).items():
+            for col, r in metrics.items():
+                merged[cls][col].extend(r)
+    lines = ["# The sweep screen's error bands: simulated / estimated per point class and "
+             "metric,", f"# min and max over the shipped sweeps and bench/screen.py band_grids()"
+             f" at {', '.join(str(c or 'full') for c in counts)} requests,",
+             f"# widened by {margin:.0%} (lo x {1 - margin:g}, hi x {1 + margin:g}). Rewrite "
+             "with: python -m simulator.bench.screen", "classes:"]
+    for cls in sorted(merged):
+        lines.append(f"  {cls}:")
+        for col, r in sorted(merged[cls].items()):
+            lo, hi = min(r) * (1 - margin), max(r) * (1 + margin)
+            lines.append(f"    {col}: [{lo:.4f}, {hi:.4f}]  # n={len(r)}, measured "
+                         f"{min(r):.3f}..{max(r):.3f}, median {statistics.median(r):.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def ratios(sources: Sequence[str | Path | Mapping[str, Any]], num_requests: int | None,
+           workers: int) -> dict[str, dict[str, list[float]]]:
+    """class -> metric -> simulated / estimated over every point of `sources` (sweep files or
+    dicts) that both simulated and estimated; `num_requests` replaces each point's count."""
+    tasks = []
+    for src in sources:
+        ex = expand(load_sweep(src))
+        for p in ex.points:
+            sc = p.scenario
+            if num_requests is not None:
+                sc = {**sc, "workload": {**sc["workload"], "num_requests": num_requests}}
+            tasks.append(Task(p.key, p.values, sc))
+    out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    pairs: list[Record] = []
+    run_local(tasks, workers, pairs.append, _pair_record)
+    for rec in pairs:
+        pair = rec["result"] or {}
+        est, sim = pair["est"], pair["sim"]
+        if est["point_status"] != "estimated" or sim["point_status"] != "ok":
+            continue
+        if est["result"]["refused"]:
+            continue
+        row = flatten(sim["result"])
+        for col in PREDICTED:
+            e, s = est["result"]["estimate"][col], number(row, col)
+            if s is not None and e > 0 and e != float("inf"):
+                out[pair["class"]][col].append(s / e)
+    return out
+
+
+def band_lines(found: Mapping[str, Mapping[str, list[float]]]) -> Iterator[str]:
+    for cls in sorted(found):
+        for col, r in sorted(found[cls].items()):
+            yield (f"{cls:28s} {col:34s} n={len(r):4d} min {min(r):.3f} median "
+                   f"{statistics.median(r):.3f} max {max(r):.3f}")
+
+
+def run_screen_bench(points: int, num_requests: int, workers: int,
+                     screen_only: bool) -> Iterator[str]:
+    """The bench grid with the screen: share screened out and time; without `screen_only`, the
+    same grid without the screen too, for the speed-up (and the frontiers compared)."""
+    from simulator.bench.engine import machine
+    from simulator.bench.sweep import bench_sweep_spec
+    from simulator.sweep.pipeline import run_sweep
+
+    spec = load_sweep(bench_sweep_spec(points, num_requests))
+    yield (f"bench-sweep --screen: {spec.grid_size:,} points × {num_requests:,} requests "
+           f"(llama-3.1-8b on H100, TP × max_num_seqs × format × Poisson rate) on {workers} "
+           f"worker process(es); machine: {machine()}")
+    with tempfile.TemporaryDirectory(prefix="frontier-bench-screen-") as tmp:
+        t0 = time.perf_counter()
+        screened = run_sweep(spec, Path(tmp) / "screen", workers=workers, screen=True,
+                             screen_only=screen_only)
+        wall = time.perf_counter() - t0
+    n_out = sum(screened.screened.values())
+    share = n_out / max(1, screened.runnable)
+    yield (f"screen: {screened.runnable:,} points estimated in {screened.screen_s:.1f} s "
+           f"({screened.runnable / max(screened.screen_s, 1e-9):,.0f} points/s); {n_out:,} "
+           f"screened out ({share:.1%}), {screened.ran:,} simulated; {wall:.1f} s wall in all")
+    for reason, n in screened.screened.most_common():
+        yield f"  {n:,} {reason}"
+    if screen_only:
+        return
+    with tempfile.TemporaryDirectory(prefix="frontier-bench-screen-") as tmp:
+        t0 = time.perf_counter()
+        full = run_sweep(spec, Path(tmp) / "full", workers=workers)
+        wall_full = time.perf_counter() - t0
+    same = [r["point_id"] for r in full.frontier] == [r["point_id"] for r in screened.frontier]
+    yield (f"without the screen: {full.ran:,} points simulated in {wall_full:.1f} s; speed-up "
+           f"x{wall_full / wall:.2f}; frontier {'identical' if same else 'DIFFERENT'} "
+           f"({len(full.frontier)} points)")
+
+
+if __name__ == "__main__":
+    print(measure_bands(), end="")
