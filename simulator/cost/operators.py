@@ -22,8 +22,9 @@ from simulator.cost.shape import BatchShape
 from simulator.model.precision import BF16_BYTES, FP32_BYTES, get_format
 
 # (prefill FLOPs per pair, decode FLOPs per pair, KV bytes per token per layer, Q/O bytes per
-# prefill token per layer, attention FLOP/s, attention bytes/s, full, sliding and all layers)
-AttentionConsts = tuple[float, float, float, float, float, float, int, int, int]
+# prefill token per layer, prefill FLOP/s, prefill bytes/s, full, sliding and all layers,
+# decode FLOP/s, decode bytes/s)
+AttentionConsts = tuple[float, float, float, float, float, float, int, int, int, float, float]
 
 
 def token_ops(k: Kernels, tokens: int) -> list[OpCost]:
@@ -195,8 +196,8 @@ def head_ops(k: Kernels, rows: int) -> list[OpCost]:
 
 def attention_consts(k: Kernels) -> AttentionConsts:
     """Per-step constants of attention: (prefill FLOPs per pair, decode FLOPs per pair,
-    KV bytes per token per layer, Q/O bytes per prefill token per layer, rate, bandwidth,
-    full layers, sliding layers, layers)."""
+    KV bytes per token per layer, Q/O bytes per prefill token per layer, prefill rate and
+    bandwidth, full layers, sliding layers, layers, decode rate and bandwidth)."""
     a, tp = k.arch, k.layout.tensor_parallel
     heads = a.num_attention_heads // tp
     dims = attention_dims(a)
@@ -206,17 +207,47 @@ def attention_consts(k: Kernels) -> AttentionConsts:
         else 2 * _kv_heads_per_gpu(a, tp) * a.head_dim
     )
     kv_tok_layer = kv_elems * get_format(k.formats.kv_cache).bytes_per_element
+    prefill_rate, decode_rate, decode_bw = attention_rates(k)
+    bw = k.hw.hbm_bytes_per_s * k.hw.attention_hbm_fraction
     return (
         2.0 * heads * (dims.prefill_qk + dims.prefill_v),
         2.0 * heads * (dims.decode_qk + dims.decode_v),
         kv_tok_layer,
         heads * (dims.prefill_qk + dims.prefill_v) * BF16_BYTES,
-        k.attention_flops_per_s,
-        k.hw.hbm_bytes_per_s * k.hw.attention_hbm_fraction,
+        prefill_rate,
+        bw,
         a.num_layers - a.num_sliding_layers,
         a.num_sliding_layers,
         a.num_layers,
+        decode_rate,
+        decode_bw,
     )
+
+
+def attention_rates(k: Kernels) -> tuple[float, float, float]:
+    """(prefill FLOP/s, decode FLOP/s, decode bytes/s) of the attention kernel class the
+    architecture runs (hardware/attention_classes.py): prefill by head dim or MLA's
+    non-absorbed kernel, decode on FlashMLA's rates for absorbed MLA. Attention sinks (gpt-oss)
+    add one logit per head and row, no class of their own: B200's decode line is fitted to
+    trtllm-gen rows run with sinks (flashinfer PR #1415)."""
+    generic = k.attention_flops_per_s
+    bw = k.hw.hbm_bytes_per_s * k.hw.attention_hbm_fraction
+    classes = k.hw.attention_classes
+    if classes is None:
+        return generic, generic, bw
+    a = k.arch
+    if a.mla is None:
+        return generic * classes.head_dim_multiplier(a.head_dim), generic, bw
+    prefill = generic * classes.mla_prefill_multiplier
+    if classes.mla_decode_compute_fraction is None or classes.mla_decode_hbm_fraction is None:
+        return prefill, generic, bw
+    peak = generic / k.hw.attention_compute_fraction
+    return (
+        prefill,
+        peak * classes.mla_decode_compute_fraction,
+        k.hw.hbm_bytes_per_s * classes.mla_decode_hbm_fraction,
+    )
+
 
 def attention_terms(
     k: Kernels, consts: AttentionConsts, b: BatchShape, ranks: int | None = None
@@ -224,7 +255,7 @@ def attention_terms(
     """(FLOPs, bytes) of prefill and of decode attention over all layers, per GPU. `b` is
     split evenly over `ranks` attention-DP ranks (default: the layout's; 1 for one rank's
     own batch)."""
-    per_pair_p, per_pair_d, kv_tok, qo_tok, _, _, n_full, n_sw, _ = consts
+    per_pair_p, per_pair_d, kv_tok, qo_tok, _, _, n_full, n_sw, _, _, _ = consts
     dp = k.layout.attention_data_parallel if ranks is None else ranks
     window = k.arch.sliding_window
     prefill = decode = None
@@ -258,14 +289,16 @@ def attention_ops(
     k: Kernels, consts: AttentionConsts, b: BatchShape, ranks: int | None = None
 ) -> list[OpCost]:
     """Attention rows: compute at the attention kernels' rate, KV at their bandwidth."""
-    *_, rate, bw, _, _, layers = consts
+    rate, bw, layers, decode_rate, decode_bw = consts[4], consts[5], consts[8], *consts[9:]
     ops: list[OpCost] = []
-    for name, terms, fixed in zip(
+    for name, terms, fixed, r, w in zip(
         ("attention_prefill", "attention_decode"),
         attention_terms(k, consts, b, ranks),
         attention_fixed_s(k),
+        (rate, decode_rate),
+        (bw, decode_bw),
         strict=True,
     ):
         if terms is not None:
-            ops.append(roofline(name, terms[0], terms[1], rate, bw, layers, fixed))
+            ops.append(roofline(name, terms[0], terms[1], r, w, layers, fixed))
     return ops

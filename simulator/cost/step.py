@@ -60,14 +60,14 @@ class StepModel(Kernels):
         """sum(op.time_s for op in attention_ops(b)) without building rows (the hot path);
         `ranks`: split `b` over that many attention-DP ranks (default: the layout's)."""
         consts = self._attn_consts
-        rate, bw, layers = consts[4], consts[5], consts[8]
+        rate, bw, layers, decode_rate, decode_bw = consts[4], consts[5], consts[8], *consts[9:]
         prefill_fixed, decode_fixed = attention_fixed_s(self)
         prefill, decode = attention_terms(self, consts, b, ranks)
         t = 0.0
         if prefill is not None:
             t += max(prefill[0] / rate, prefill[1] / bw) + layers * prefill_fixed
         if decode is not None:
-            t += max(decode[0] / rate, decode[1] / bw) + layers * decode_fixed
+            t += max(decode[0] / decode_rate, decode[1] / decode_bw) + layers * decode_fixed
         return t
 
     def cost(self, b: BatchShape) -> StepCost:
@@ -118,8 +118,9 @@ class StepModel(Kernels):
     ) -> FloatArray:
         """_attention_time_s of pure decode batches, one per summed context, vectorized;
         `ranks` as there (1: one attention-DP rank's own batch)."""
-        per_pair_p, per_pair_d, kv_tok, _, rate, bw, n_full, n_sw, layers = self._attn_consts
-        del per_pair_p
+        consts = self._attn_consts
+        per_pair_d, kv_tok, n_full, n_sw, layers = (consts[i] for i in (1, 2, 6, 7, 8))
+        rate, bw = consts[9], consts[10]  # the decode kernel's
         dp = self.layout.attention_data_parallel if ranks is None else ranks
         ctx = (context_tokens + decode_seqs * 1) / dp
         if n_sw and self.arch.sliding_window is not None:

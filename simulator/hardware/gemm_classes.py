@@ -28,6 +28,17 @@ ClassFormat = Literal["bf16", "fp16", "fp8", "int8", "fp4", "tf32", "fp64"]
 KERNEL_MODEL_ENV = "FRONTIER_KERNEL_MODEL"
 
 
+def log_interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
+    """ys at x, piecewise-linear in log2(x) between the points, flat beyond the ends."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    t = (math.log2(x) - math.log2(xs[i - 1])) / (math.log2(xs[i]) - math.log2(xs[i - 1]))
+    return ys[i - 1] + t * (ys[i] - ys[i - 1])
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -104,15 +115,7 @@ class GemmClasses:
 
     def grouped_compute_multiplier(self, rows_per_expert: float) -> float:
         """Piecewise-linear in log2(rows per expert), flat beyond the measured ends."""
-        xs, ys = self.grouped_rows, self.grouped_multiplier
-        if rows_per_expert <= xs[0]:
-            return ys[0]
-        if rows_per_expert >= xs[-1]:
-            return ys[-1]
-        i = bisect.bisect_right(xs, rows_per_expert)
-        x0, x1 = math.log2(xs[i - 1]), math.log2(xs[i])
-        t = (math.log2(rows_per_expert) - x0) / (x1 - x0)
-        return ys[i - 1] + t * (ys[i] - ys[i - 1])
+        return log_interp(self.grouped_rows, self.grouped_multiplier, rows_per_expert)
 
     def scaled(self, fraction_factor: float, fixed_factor: float) -> GemmClasses:
         """Every fraction times `fraction_factor` (capped at 1), every fixed cost times

@@ -16,6 +16,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import InputError, format_validation_error
+from simulator.hardware.attention_classes import (
+    AttentionClasses,
+    AttentionClassesSpec,
+    to_attention_classes,
+)
 from simulator.hardware.gemm_classes import (
     KERNEL_MODEL_ENV,
     GemmClasses,
@@ -117,6 +122,8 @@ class HardwareFile(_Strict):
     kernels: KernelSpec
     # GEMM kernel classes (hardware/gemm_classes.py); absent: the flat efficiency fractions.
     gemm_classes: GemmClassesSpec | None = None
+    # Attention kernel classes (hardware/attention_classes.py); absent: the generic fractions.
+    attention_classes: AttentionClassesSpec | None = None
 
     @model_validator(mode="after")
     def _classes_cover_formats(self) -> HardwareFile:
@@ -167,6 +174,7 @@ class Hardware:
     efficiency_spread: float
     gemm_tiling: GemmTiling
     gemm_classes: GemmClasses | None = None  # None: the flat gemm/hbm fractions
+    attention_classes: AttentionClasses | None = None  # None: generic attention fractions
 
     def supports(self, tensor_format: str) -> bool:
         return tensor_format in self.dense_flops_per_s
@@ -208,6 +216,7 @@ def _to_hardware(f: HardwareFile) -> Hardware:
             f.kernels.gemm_min_split_k,
         ),
         gemm_classes=to_gemm_classes(f.gemm_classes),
+        attention_classes=to_attention_classes(f.attention_classes),
     )
 
 

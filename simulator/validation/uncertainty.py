@@ -40,6 +40,8 @@ def perturbed(hw: Hardware, direction: int) -> Hardware:
         changes[name] = getattr(hw, name) * (1 - s)
     if hw.gemm_classes is not None:  # the kernel classes' fractions and per-tile costs alike
         changes["gemm_classes"] = hw.gemm_classes.scaled(1 + s, 1 - s)
+    if hw.attention_classes is not None:
+        changes["attention_classes"] = hw.attention_classes.scaled(1 + s)
     return dataclasses.replace(hw, **changes)
 
 
