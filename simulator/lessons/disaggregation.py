@@ -69,7 +69,8 @@ def _at(rows: Sequence[Row], layout: str, load: float) -> Row | None:
     return next((r for r in rows if r[LAYOUT] == layout and col(r, LOAD) == load), None)
 
 
-def _traffic_lines(rows: Sequence[Row]) -> tuple[list[str], list[Row]]:
+def _traffic_lines(rows: Sequence[Row], tpot_slo_s: float | None
+                   ) -> tuple[list[str], list[Row]]:
     best = best_by_layout(rows)
     agg = next((r for k, r in best.items() if k.startswith(AGG)), None)
     splits = {k: r for k, r in best.items() if not k.startswith(AGG)}
@@ -102,11 +103,16 @@ def _traffic_lines(rows: Sequence[Row]) -> tuple[list[str], list[Row]]:
     else:
         busy = number(split, "disaggregation.prefill.busy_fraction")
         text = head + (f": here disaggregation does not pay ({g_agg / g_split:.2f}× for the "
-                       "aggregated replicas). Short prompts leave little prefill to move: ")
+                       f"aggregated replicas). Their TPOT p99 at that point is "
+                       f"{col(agg, 'tpot_s.p99') * 1e3:.1f} ms")
+        if tpot_slo_s is not None:
+            text += f", inside the {tpot_slo_s * 1e3:.0f} ms SLO"
+        text += (": the prefill chunks beside the decode steps do not stretch them enough to "
+                 "matter, so nothing is won by moving them away")
         if busy is not None:
-            text += (f"the prefill pool of {name} is busy {100 * busy:.0f} % of the time while "
-                     "its GPUs could be decoding, ")
-        text += ("and every request still pays a KV transfer "
+            text += (f", while the prefill pool of {name} sits busy only {100 * busy:.0f} % of "
+                     "the time on GPUs that could be decoding")
+        text += (", and every request pays a KV transfer "
                  f"({col(split, 'disaggregation.kv_transfer_s.p50') * 1e3:.1f} ms p50).")
         lines.append(text)
     others = sorted(splits.items(), key=lambda kv: -good_per_gpu(kv[1]))[1:]
@@ -131,8 +137,10 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         by_traffic.setdefault(str(r[TRAFFIC]), []).append(r)
     lines: list[str] = []
     points: list[Row] = []
+    slo = spec.get("slo") or {}
+    tpot_slo = float(slo["tpot_p99_s"]) if slo.get("tpot_p99_s") is not None else None
     for group in by_traffic.values():
-        text, pts = _traffic_lines(group)
+        text, pts = _traffic_lines(group, tpot_slo)
         lines.extend(text)
         points.extend(pts)
     if not lines:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.lessons.core import Findings, col
+from simulator.model.precision import get_format
 from simulator.report.format_report import format_section
 from simulator.report.page import Section
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
@@ -62,6 +63,19 @@ def _gpu_lines(rows: Sequence[Row], gpu: str, lo: float, hi: float, fp4: str) ->
         out.append(head + f": {gpu} multiplies FP4 on its own tensor cores, so the gain holds "
                    "where the step is compute-bound too.")
     return out
+
+
+def _fp4_pair_line(rows: Sequence[Row], gpu: str, lo: float) -> str | None:
+    """NVFP4 against MXFP4: the same FP4 elements, scales of different size and granularity."""
+    nv, mx = pick(rows, gpu, "nvfp4", "fp8", lo), pick(rows, gpu, "mxfp4", "fp8", lo)
+    if nv is None or mx is None:
+        return None
+    b_nv, b_mx = (get_format(f).bits_per_element for f in ("nvfp4", "mxfp4"))
+    return (f"NVFP4 and MXFP4 store the same 4-bit elements with different scales ({b_nv:g} "
+            f"against {b_mx:g} bits per element with the scale amortized): on {gpu} at "
+            f"concurrency {lo:.0f}, TPOT {col(nv, 'tpot_s.p50') * 1e3:.2f} against "
+            f"{col(mx, 'tpot_s.p50') * 1e3:.2f} ms. NVFP4's finer scales are there for "
+            "accuracy, not speed.")
 
 
 def _kv_line(rows: Sequence[Row], gpu: str, hi: float) -> str | None:
@@ -122,6 +136,9 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
     lines: list[str] = []
     for gpu in gpus:
         lines.extend(_gpu_lines(rows, gpu, lo, hi, fp4))
+    pair = _fp4_pair_line(rows, gpus[-1], lo)
+    if pair:
+        lines.append(pair)
     kv = _kv_line(rows, gpus[0], hi)
     if kv:
         lines.append(kv)
