@@ -143,8 +143,10 @@ def simulate(
     dur = np.frombuffer(out.step_log.itl_s, dtype=np.float64)
     weights = np.frombuffer(out.step_log.itl_weight, dtype=np.float64)
     gaps = np.asarray(out.resume_gaps_s, dtype=np.float64)
-    itl_values = np.concatenate([dur, gaps])
-    itl_weights = np.concatenate([weights, np.ones_like(gaps)])
+    itl_values, itl_weights = dur, weights  # no copy of the per-step log unless needed
+    if gaps.size:
+        itl_values = np.concatenate([dur, gaps])
+        itl_weights = np.concatenate([weights, np.ones_like(gaps)])
     summary = summarize(
         out.records, itl_values, itl_weights, s.num_gpus, slo, engine.style.front_end
     )

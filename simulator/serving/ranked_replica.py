@@ -195,13 +195,8 @@ class RankedReplica(Replica):
                else run.time_s + host_s)
         ends = np.cumsum(np.concatenate(([now], dts)))[1:]
         steps = int(np.searchsorted(ends, env.peek(), side="left"))
-        for j in active:
-            sched = scheds[j]
-            used = sched.blocks_needed(steps)
-            if used > sched.free_blocks:  # stop before this rank would have to preempt
-                phases = np.asarray(sched.phase_counts(), dtype=np.int64)
-                needs = np.cumsum(phases[(sched.step + np.arange(steps)) % sched.cfg.block_size])
-                steps = min(steps, int(np.searchsorted(needs, sched.free_blocks, side="right")))
+        for j in active:  # stop before any rank would have to preempt
+            steps = scheds[j].steps_within_blocks(steps)[0]
         if steps < 1:
             return
         yield env.timeout(_delay_to(now, float(ends[steps - 1])))

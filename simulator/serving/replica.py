@@ -175,13 +175,8 @@ class Replica:
         dts = np.maximum(gpu_s, host_s) if overlap else gpu_s + host_s
         ends = now + np.cumsum(dts)
         steps = int(np.searchsorted(ends, env.peek(), side="right"))
-        used = sched.blocks_needed(steps)
-        if used > sched.free_blocks:
-            # Cut the run before the decode set would run out of blocks (then preemption).
-            phases = np.asarray(sched.phase_counts(), dtype=np.int64)
-            needs = np.cumsum(phases[(sched.step + np.arange(steps)) % sched.cfg.block_size])
-            steps = min(steps, int(np.searchsorted(needs, sched.free_blocks, side="right")))
-            used = int(needs[steps - 1]) if steps else 0
+        # Cut the run before the decode set would run out of blocks (then preemption).
+        steps, used = sched.steps_within_blocks(steps)
         if steps == 0:
             return
         elapsed = float(ends[steps - 1] - now)

@@ -20,13 +20,15 @@ import numpy as np
 
 from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
+from simulator.serving.decode_runs import DecodeRuns
 from simulator.serving.request import Request
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig, _Waiting
 from simulator.serving.speculative import SpecSchedule, close_decode_run
 
 
-class Scheduler:
-    """State of one replica's batch. `plan()` starts a step, `commit()` ends it."""
+class Scheduler(DecodeRuns):
+    """State of one replica's batch. `plan()` starts a step, `commit()` ends it (runs of pure
+    decode steps: `DecodeRuns`)."""
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
@@ -72,7 +74,11 @@ class Scheduler:
 
     def fits_ever(self, r: Request) -> bool:
         """Can the whole request (prompt and every output's KV) ever be cached at once?"""
-        return self.blocks_for(r.input_tokens + r.output_tokens - 1) <= self.cfg.num_blocks
+        return self.fits_ever_tokens(r.input_tokens, r.output_tokens)
+
+    def fits_ever_tokens(self, input_tokens: int, output_tokens: int) -> bool:
+        """fits_ever of a request of these lengths (asked on arrival, before it is built)."""
+        return self.blocks_for(input_tokens + output_tokens - 1) <= self.cfg.num_blocks
 
     # ---- arrival ----------------------------------------------------------------------
 
@@ -382,42 +388,3 @@ class Scheduler:
             self._enter_decode(r, step)
             if self.cfg.reserve_full:
                 r.blocks = held
-
-    # ---- runs of pure decode steps (nothing arrives, finishes or prefills) ------------
-
-    def can_fast_forward(self) -> bool:
-        """Only decoders run and none waits: the next steps differ only in context length."""
-        return (
-            self.spec is None
-            and self.num_decoding > 0
-            and not self.prefilling
-            and not len(self.waiting)
-        )
-
-    def steps_before_next_finish(self) -> int:
-        """Decode steps that can run before the first one in which a request finishes."""
-        heap = self._finish_steps
-        while heap and heap[0] not in self._finish:
-            heapq.heappop(heap)
-        return (heap[0] - self.step) if heap else 0
-
-    def blocks_needed(self, steps: int) -> int:
-        """New KV blocks the decode set needs over its next `steps` decode steps."""
-        if self.cfg.reserve_full:
-            return 0
-        bs, phase = self.cfg.block_size, self._phase
-        cycles, rest = divmod(steps, bs)
-        total = cycles * self.num_decoding if cycles else 0
-        return total + sum(phase[(self.step + i) % bs] for i in range(rest))
-
-    def phase_counts(self) -> list[int]:
-        """Decoders that need a new KV block at decode steps congruent to i mod block_size."""
-        return self._phase
-
-    def fast_forward(self, steps: int, blocks: int) -> None:
-        """Commit `steps` pure decode steps at once: every decoder gained `steps` tokens."""
-        n = self.num_decoding
-        self.step += steps
-        self.decode_kv_sum += n * steps
-        self.outstanding_tokens -= n * steps
-        self.free_blocks -= blocks
