@@ -418,3 +418,81 @@ def test_export_launches_both_pools_with_their_own_layouts(engine: str) -> None:
         assert "num_instances: 2" in text and "num_instances: 1" in text
     port = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}[engine]
     assert f"--base-url http://127.0.0.1:{port}" in _one_line(bench_command(scenario, engine))
+
+
+# ------------------------------------------------------------------ pools on their own GPUs
+
+
+def mixed(kv: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """Splitwise-style: the prefill pool on its own H100 machine, the decode pool on the
+    scenario's A100s."""
+    dep: dict[str, Any] = {
+        "kind": "disaggregated",
+        "prefill": {**NO_OVERHEAD, "hardware": {"gpu": "h100-sxm", "gpus_per_node": 8}},
+        "decode": dict(NO_OVERHEAD),
+        "kv_transfer": kv or {},
+    }
+    return make(hardware={"gpu": "a100-sxm", "gpus_per_node": 8, "nodes": 1}, deployment=dep,
+                **extra)
+
+
+def test_each_pool_costs_its_steps_on_its_own_gpu_profile() -> None:
+    """100 in / 3 out: prefill(100) at H100 speed, the 10 us + 100 x 131072 B / 10 GB/s
+    transfer, then the first-token step and two decodes at A100 speed."""
+    h100 = step_timer(make())
+    a100 = step_timer(make(hardware={"gpu": "a100-sxm", "gpus_per_node": 8, "nodes": 1}))
+    r = simulator.simulate(mixed({"gb_per_s": 10.0, "latency_s": 1e-5}))
+    rec = r.requests[0]
+    transfer_s = 1e-5 + 100 * LLAMA8B_KV_BYTES_PER_TOKEN / 10e9
+    first = h100(prefill(100)) + transfer_s + a100(prefill(1, 99))
+    assert rec["first_token_s"] == pytest.approx(first, rel=1e-9)
+    finish = first + a100(decode(1, 100)) + a100(decode(1, 101))
+    assert rec["finish_s"] == pytest.approx(finish, rel=1e-9)
+    assert h100(prefill(100)) < a100(prefill(100))  # the point of the split
+    d = r.to_dict()["disaggregation"]
+    assert (d["prefill"]["gpu"], d["decode"]["gpu"]) == ("h100-sxm", "a100-sxm")
+
+
+def test_pools_on_two_machine_types_move_kv_at_the_slower_nic() -> None:
+    """Unset bandwidth between an H100 and an A100 machine: the lower of the two profiles'
+    per-GPU NIC rates (one lane: both replicas have one GPU), the longer latency."""
+    d = simulator.simulate(mixed()).to_dict()["disaggregation"]
+    sides = [simulator.load_scenario(make(hardware={"gpu": g, "gpus_per_node": 8})).engine
+             for g in ("h100-sxm", "a100-sxm")]
+    nics = [e.hw.scale_out_bytes_per_s * e.hw.scale_out_fraction for e in sides if e]
+    assert d["kv_link_gb_per_s"] == pytest.approx(min(nics) / 1e9)
+
+
+def test_a_pool_on_its_own_machines_is_checked_against_them() -> None:
+    s = mixed()
+    s["deployment"]["prefill"]["replicas"] = 3
+    s["deployment"]["prefill"]["hardware"]["gpus_per_node"] = 2
+    with pytest.raises(InputError, match=r"deployment\.prefill\.hardware has 2 "):
+        simulator.load_scenario(s)
+    s = mixed({"link": "nvlink"})
+    with pytest.raises(InputError, match="machines of its own; use link: network"):
+        simulator.load_scenario(s)
+    s = mixed()
+    s["deployment"]["prefill"]["hardware"]["gpu"] = "h900"
+    with pytest.raises(InputError, match="unknown GPU 'h900'") as bad:
+        simulator.load_scenario(s)
+    assert getattr(bad.value, "key_path", None) == "deployment.prefill.hardware.gpu"
+
+
+def test_cost_of_mixed_pools_weights_each_gpus_price() -> None:
+    """2 H100 prefill replicas + 1 decode replica of TP 4 on A100: 2 x 3 + 4 x 1 = 10 USD an
+    hour over 6 GPUs, 1.667 USD per GPU-hour."""
+    from simulator.sweep.cost import gpu_label, gpu_mix, mean_price_per_gpu_hour
+
+    s = mixed()
+    s["deployment"]["prefill"]["replicas"] = 2
+    s["deployment"]["decode"]["tensor_parallel"] = 4
+    assert gpu_mix(s) == {"h100-sxm": 2, "a100-sxm": 4}
+    assert gpu_label(s) == "h100-sxm+a100-sxm"
+    prices = {"h100-sxm": 3.0, "a100-sxm": 1.0}
+    assert mean_price_per_gpu_hour(s, prices) == pytest.approx(10 / 6)
+    assert simulator.load_scenario(s).scenario.gpus_by_profile == gpu_mix(s)
+    from simulator.sweep.export import launch_commands
+
+    assert "prefill pool: 2 replica(s) of 1 GPU(s) on its own h100-sxm machines" in "\n".join(
+        launch_commands(s, "vllm"))

@@ -87,7 +87,7 @@ def _sweep_rows(sweep_dir: str, prices: dict[str, float]) -> tuple[Path, list[st
                                                                      list[dict[str, Any]]]:
     """Rows and swept axes of a sweep folder, the cost column repriced with `prices`."""
     from simulator.report.sweep_report import load_sweep_dir
-    from simulator.sweep.cost import price_per_gpu_hour, usd_per_million_output_tokens
+    from simulator.sweep.cost import mean_price_per_gpu_hour, usd_per_million_output_tokens
     from simulator.sweep.recommend import point_scenario
     from simulator.sweep.table import COST_COLUMN, number
 
@@ -98,9 +98,8 @@ def _sweep_rows(sweep_dir: str, prices: dict[str, float]) -> tuple[Path, list[st
             if r.get("point_status") != "ok":
                 continue
             sc = point_scenario(path, str(r.get("point_id"))) or {}
-            gpu = str((sc.get("hardware") or {}).get("gpu", ""))
             r[COST_COLUMN] = usd_per_million_output_tokens(
-                number(r, "num_gpus") or 0.0, price_per_gpu_hour(gpu, prices),
+                number(r, "num_gpus") or 0.0, mean_price_per_gpu_hour(sc, prices),
                 number(r, "output_tokens_per_s") or 0.0)
     return path, list(manifest["axes"]), rows
 

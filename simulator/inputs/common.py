@@ -33,6 +33,14 @@ class _Strict(BaseModel):
                               defer_build=True)
 
 
+class HardwareConfig(_Strict):
+    """Which GPU and how many: the profile name and the machine shape."""
+
+    gpu: Annotated[str, Field(min_length=1)]  # hardware profile name, e.g. h200-sxm
+    gpus_per_node: Annotated[int, Field(ge=1, le=72)] = 8
+    nodes: Annotated[int, Field(ge=1, le=100_000)] = 1
+
+
 # ---------------------------------------------------------------------------- tagged unions
 
 

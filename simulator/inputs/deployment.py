@@ -20,6 +20,7 @@ from pydantic import (
 
 from simulator.inputs.common import (
     WEIGHT_ONLY_FORMATS,
+    HardwareConfig,
     NumberFormat,
     PosFloat,
     PosInt,
@@ -192,7 +193,11 @@ class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `k
 
 
 class WorkerPool(_Worker):
-    """A prefill or decode pool of a disaggregated deployment."""
+    """A prefill or decode pool of a disaggregated deployment. `hardware` puts the pool on
+    machines of its own (another GPU type, as Splitwise runs H100 prompt machines and A100
+    token machines); unset, it shares the scenario's `hardware` with the other pool."""
+
+    hardware: HardwareConfig | None = None
 
 
 class KVTransfer(_Strict):

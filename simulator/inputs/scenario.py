@@ -28,6 +28,7 @@ from simulator.errors import InputError, format_validation_error
 
 # Re-exported: the workload models are part of the scenario schema's public names.
 from simulator.inputs.common import MAX_TOKENS as MAX_TOKENS
+from simulator.inputs.common import HardwareConfig as HardwareConfig
 from simulator.inputs.common import (
     PosFloat,
     PosInt,
@@ -61,14 +62,6 @@ from simulator.inputs.workload import TraceArrival as TraceArrival
 from simulator.inputs.workload import UniformLengths as UniformLengths
 from simulator.inputs.yamlfile import load_yaml_mapping
 from simulator.yamlsafe import safe_load_bounded
-
-
-class HardwareConfig(_Strict):
-    """Which GPU and how many: the profile name and the machine shape."""
-
-    gpu: Annotated[str, Field(min_length=1)]  # hardware profile name, e.g. h200-sxm
-    gpus_per_node: Annotated[int, Field(ge=1, le=72)] = 8
-    nodes: Annotated[int, Field(ge=1, le=100_000)] = 1
 
 
 class SLO(_Strict):
@@ -109,29 +102,33 @@ class Scenario(_Strict):
         hw = info.data.get("hardware")
         if not isinstance(hw, HardwareConfig):
             return v
-        have = hw.gpus_per_node * hw.nodes
-        have_text = f"{have} (gpus_per_node {hw.gpus_per_node} × nodes {hw.nodes})"
         workers: list[tuple[str, _Worker]]
         if isinstance(v, AggregatedDeployment):
             workers = [("", v)]
         else:
             workers = [("prefill ", v.prefill), ("decode ", v.decode)]
+        # A pool with its own `hardware` runs on its own machines; the rest share `hardware`.
+        shared: list[tuple[str, _Worker]] = []
         for label, w in workers:
-            one = w.gpus_per_replica
-            if one > have:
-                nodes_needed = -(-one // hw.gpus_per_node)
-                raise _invalid(
-                    f"one {label}replica needs {one} GPUs ({w.describe_replica()})"
-                    f" but hardware has {have_text}; a replica may span nodes, so it needs "
-                    f"nodes >= {nodes_needed} at gpus_per_node {hw.gpus_per_node}"
-                )
-        total = sum(w.num_gpus for _, w in workers)
-        if total > have:
-            used = " + ".join(
-                f"{label}replicas {w.replicas} × {w.describe_replica()}" for label, w in workers
-            )
-            raise _invalid(f"deployment uses {total} GPUs ({used}) but hardware has {have_text}")
+            machines = getattr(w, "hardware", None)
+            if isinstance(machines, HardwareConfig):
+                _check_gpus([(label, w)], machines, f"deployment.{label.strip()}.hardware")
+            else:
+                shared.append((label, w))
+        if shared:
+            _check_gpus(shared, hw, "hardware")
         return v
+
+    @property
+    def gpus_by_profile(self) -> dict[str, int]:
+        """GPUs used per hardware profile (pools with their own `hardware` on theirs)."""
+        dep = self.deployment
+        pools = [dep] if isinstance(dep, AggregatedDeployment) else [dep.prefill, dep.decode]
+        out: dict[str, int] = {}
+        for w in pools:
+            machines = getattr(w, "hardware", None) or self.hardware
+            out[machines.gpu] = out.get(machines.gpu, 0) + w.num_gpus
+        return out
 
     @property
     def gpus_per_replica(self) -> int:
@@ -142,6 +139,28 @@ class Scenario(_Strict):
     def num_gpus(self) -> int:
         """All GPUs the deployment uses: replicas × per replica, summed over pools."""
         return self.deployment.num_gpus
+
+
+def _check_gpus(workers: list[tuple[str, _Worker]], hw: HardwareConfig, where: str) -> None:
+    """The workers' replicas fit the machines `where` describes, one by one and together."""
+    have = hw.gpus_per_node * hw.nodes
+    have_text = f"{have} (gpus_per_node {hw.gpus_per_node} × nodes {hw.nodes})"
+    for label, w in workers:
+        one = w.gpus_per_replica
+        if one > have:
+            nodes_needed = -(-one // hw.gpus_per_node)
+            raise _invalid(
+                f"one {label}replica needs {one} GPUs ({w.describe_replica()})"
+                f" but {where} has {have_text}; a replica may span nodes, so it needs "
+                f"nodes >= {nodes_needed} at gpus_per_node {hw.gpus_per_node}"
+            )
+    total = sum(w.num_gpus for _, w in workers)
+    if total > have:
+        used = " + ".join(
+            f"{label}replicas {w.replicas} × {w.describe_replica()}" for label, w in workers
+        )
+        what = "deployment" if where == "hardware" else where.rsplit(".", 1)[0]
+        raise _invalid(f"{what} uses {total} GPUs ({used}) but {where} has {have_text}")
 
 
 # ------------------------------------------------------------------------ loading and --set

@@ -77,14 +77,22 @@ def build_engine(
     check_workload_fits(scenario, max_model_len, window_text, base_dir)
     if isinstance(dep, DisaggregatedDeployment):
         # Each pool has its own layout, precision and scheduler; its GPUs hold a whole copy.
+        # A pool with its own `hardware` costs its steps on that GPU profile.
         pools: dict[str, Engine] = {}
         for name, pool in (("prefill", dep.prefill), ("decode", dep.decode)):
+            pool_hw = hw
+            if pool.hardware is not None:
+                try:
+                    pool_hw = load_hardware(pool.hardware.gpu)
+                except ValueError as exc:
+                    tag_key(exc, f"deployment.{name}.hardware.gpu")
+                    raise
             try:
-                pools[name] = _build_engine(pool, arch, hw, 0.0, base_dir)
+                pools[name] = _build_engine(pool, arch, pool_hw, 0.0, base_dir)
             except ValueError as exc:
                 tag_key(exc, f"deployment.{name}")
                 raise
-        link = _kv_link(dep, arch, hw, pools["decode"])
+        link = _kv_link(dep, arch, pools["prefill"].hw, pools["decode"])
         return replace(pools["decode"], prefill_pool=pools["prefill"], kv_link=link,
                        max_model_len=max_model_len)
     try:
@@ -183,9 +191,19 @@ def _layout(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> Para
 
 
 def _kv_link(
-    dep: DisaggregatedDeployment, arch: Architecture, hw: Hardware, decode: Engine
+    dep: DisaggregatedDeployment, arch: Architecture, prefill_hw: Hardware, decode: Engine
 ) -> KVLinkCost:
+    """The replica-pair link; pools on different machines move KV at the slower side's NICs
+    (and the longer latency)."""
     kv = dep.kv_transfer
+    hw = decode.hw
+    own = [n for n, p in (("prefill", dep.prefill), ("decode", dep.decode)) if p.hardware]
+    if kv.link == "nvlink" and own:
+        raise InputError(
+            f"deployment.kv_transfer.link: nvlink needs both pools in one NVLink domain, but "
+            f"deployment.{own[0]}.hardware puts the {own[0]} pool on machines of its own; "
+            f"use link: network"
+        )
     pair = dep.prefill.gpus_per_replica + dep.decode.gpus_per_replica
     if kv.link == "nvlink" and pair > hw.scale_up_domain_size:
         raise InputError(
@@ -193,17 +211,22 @@ def _kv_link(
             f"NVLink domain, but they use {pair} GPUs and {hw.name}'s domain has "
             f"{hw.scale_up_domain_size}; use link: network or smaller replicas"
         )
-    return kv_link_cost(
-        hw,
-        kv.link,
-        _layout(dep.prefill, arch),
-        _layout(dep.decode, arch),
-        decode.memory.kv_bytes_per_token_per_gpu,
-        arch.num_layers,
-        gb_per_s=kv.gb_per_s,
-        latency_s=kv.latency_s,
-        layerwise=kv.layerwise,
-    )
+    links = [
+        kv_link_cost(
+            side,
+            kv.link,
+            _layout(dep.prefill, arch),
+            _layout(dep.decode, arch),
+            decode.memory.kv_bytes_per_token_per_gpu,
+            arch.num_layers,
+            gb_per_s=kv.gb_per_s,
+            latency_s=kv.latency_s,
+            layerwise=kv.layerwise,
+        )
+        for side in (prefill_hw, hw)
+    ]
+    slow = min(links, key=lambda c: c.bytes_per_s)
+    return replace(slow, latency_s=max(c.latency_s for c in links))
 
 
 def pool_spec(engine: Engine, pool: WorkerPool) -> PoolSpec:

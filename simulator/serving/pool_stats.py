@@ -117,6 +117,7 @@ def pool_summary(
     return {
         "ratio": now,
         "prefill": {
+            "gpu": p.model.hw.name,
             "replicas": p.replicas,
             "gpus": p.replicas * p.gpus_per_replica,
             "busy_fraction": prefill_busy,
@@ -124,6 +125,7 @@ def pool_summary(
             "prefill_s": _pct(pools.prefill_end_s - pools.prefill_scheduled_s),
         },
         "decode": {
+            "gpu": d.model.hw.name,
             "replicas": d.replicas,
             "gpus": d.replicas * d.gpus_per_replica,
             "busy_fraction": pools.busy_fraction(pools.decode, end_s),

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from simulator.errors import InputError
 from simulator.hardware.profile import load_hardware
@@ -68,6 +69,50 @@ def board_power_w(gpu: str) -> float | None:
         return load_hardware(gpu).board_power_w
     except InputError:
         return None
+
+
+def gpu_mix(scenario: Mapping[str, Any]) -> dict[str, int]:
+    """GPUs per hardware profile of a scenario dict: a disaggregated pool with its own
+    `hardware` counts on that GPU (Splitwise-style mixed pools), everything else on the
+    scenario's `hardware.gpu`."""
+    top = str((scenario.get("hardware") or {}).get("gpu", ""))
+    dep = scenario.get("deployment") or {}
+    if dep.get("kind", "aggregated") == "aggregated":
+        return {top: 1}
+    mix: dict[str, int] = {}
+    for name in ("prefill", "decode"):
+        pool = dep.get(name) or {}
+        gpu = str((pool.get("hardware") or {}).get("gpu", top))
+        n = int(pool.get("replicas", 1)) * int(pool.get("tensor_parallel", 1))
+        n *= int(pool.get("pipeline_parallel", 1)) * int(pool.get("attention_data_parallel", 1))
+        mix[gpu] = mix.get(gpu, 0) + n
+    return mix
+
+
+def gpu_label(scenario: Mapping[str, Any]) -> str:
+    """'h100-sxm', or 'h100-sxm+a100-sxm' for pools on two GPU types."""
+    return "+".join(gpu_mix(scenario))
+
+
+def _mean_by_gpu(
+    scenario: Mapping[str, Any], value: Callable[[str], float | None]
+) -> float | None:
+    mix = gpu_mix(scenario)
+    values = {gpu: value(gpu) for gpu in mix}
+    if any(v is None for v in values.values()) or not sum(mix.values()):
+        return None
+    return sum(float(values[g] or 0.0) * n for g, n in mix.items()) / sum(mix.values())
+
+
+def mean_price_per_gpu_hour(
+    scenario: Mapping[str, Any], prices: Mapping[str, float]
+) -> float | None:
+    """USD per GPU-hour averaged over the scenario's GPUs (per profile when pools differ)."""
+    return _mean_by_gpu(scenario, lambda gpu: price_per_gpu_hour(gpu, prices))
+
+
+def mean_board_power_w(scenario: Mapping[str, Any]) -> float | None:
+    return _mean_by_gpu(scenario, board_power_w)
 
 
 def usd_per_million_output_tokens(

@@ -80,7 +80,9 @@ def disaggregated_launch(dep: Mapping[str, Any], model_name: str, engine: str) -
                    for r in range(n)]
         elif engine == "sglang":
             args += ["--disaggregation-mode", name, "--disaggregation-transfer-backend", "nixl"]
-        lines.append(f"# {name} pool: {n} replica(s) of {per} GPU(s)")
+        own = (pool.get("hardware") or {}).get("gpu")
+        on = f" on its own {own} machines" if own else ""
+        lines.append(f"# {name} pool: {n} replica(s) of {per} GPU(s){on}")
         lines.extend(notes)
         for r in range(n):
             one = list(args)

@@ -27,7 +27,12 @@ import yaml
 
 from simulator.errors import InputError
 from simulator.sweep import quality_gate
-from simulator.sweep.cost import parse_positive_pairs, price_per_gpu_hour
+from simulator.sweep.cost import (
+    gpu_label,
+    mean_price_per_gpu_hour,
+    parse_positive_pairs,
+    price_per_gpu_hour,
+)
 from simulator.sweep.table import Row, number
 
 _SLO_NAME = re.compile(r"^([a-z0-9]+(?:_[a-z0-9]+)*?)_(p\d{1,2}|mean)_s$")
@@ -154,8 +159,9 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
             continue
         pid = str(row.get("point_id", ""))
         gpu = (gpu_of or {}).get(pid, "")
-        if not gpu and sweep_dir is not None:
-            gpu = str(((point_scenario(sweep_dir, pid) or {}).get("hardware") or {}).get("gpu", ""))
+        scenario = point_scenario(sweep_dir, pid) if not gpu and sweep_dir is not None else None
+        if scenario:
+            gpu = gpu_label(scenario)
         if rate is not None:
             copies = max(1, math.ceil(rate / rps - 1e-9))
         elif gpus is not None:
@@ -165,7 +171,10 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
                 continue
         else:
             copies = 1
-        price = price_per_gpu_hour(gpu, prices) if gpu else None
+        if scenario:
+            price = mean_price_per_gpu_hour(scenario, prices)
+        else:
+            price = price_per_gpu_hour(gpu, prices) if gpu else None
         usd = None if price is None else price * copies * per_copy
         cands.append(Candidate(row, gpu, per_copy, rps, copies, usd))
     priced = bool(cands) and all(c.usd_per_hour is not None for c in cands)

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from simulator.sweep.cost import (
-    board_power_w,
     energy_j_per_output_token,
-    price_per_gpu_hour,
+    mean_board_power_w,
+    mean_price_per_gpu_hour,
     usd_per_million_output_tokens,
 )
 from simulator.sweep.grid import Point
@@ -77,14 +77,13 @@ def build_rows(
         if rec["point_status"] == "ok" and rec.get("result"):
             result = flatten(rec["result"] or {})
             row.update(result)
-            gpu = str(p.scenario.get("hardware", {}).get("gpu", ""))
             gpus = number(row, "num_gpus") or 0.0
             tps = number(row, "output_tokens_per_s") or 0.0
             row[COST_COLUMN] = usd_per_million_output_tokens(
-                gpus, price_per_gpu_hour(gpu, prices), tps
+                gpus, mean_price_per_gpu_hour(p.scenario, prices), tps
             )
             row[ENERGY_COLUMN] = energy_j_per_output_token(
-                board_power_w(gpu), gpus, number(row, "gpu_busy_fraction"), tps
+                mean_board_power_w(p.scenario), gpus, number(row, "gpu_busy_fraction"), tps
             )
         rows.append(row)
     return rows
