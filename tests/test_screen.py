@@ -130,6 +130,8 @@ def test_a_dominator_must_certainly_meet_the_slo() -> None:
 
 def test_point_classes() -> None:
     assert point_class(AGG) == "aggregated/open"
+    short = {**AGG, "workload": {"arrival": {"kind": "poisson"}, "num_requests": 60}}
+    assert point_class(short, stable=False) == "aggregated/open/overloaded/short"
     assert point_class({"deployment": {"pipeline_parallel": 2},
                         "workload": {"arrival": {"kind": "closed_loop"}}}) == "pipeline/closed"
 

@@ -52,9 +52,13 @@ class Band:
     hi: float
 
 
+SHORT_RUN = 500  # requests: fewer, and ramp-up and drain weigh on every metric
+
+
 def point_class(scenario: Mapping[str, Any], stable: bool = True) -> str:
     """The kind of deployment and load a band is measured for, e.g. `aggregated/closed`, with
-    `/overloaded` when the estimate puts the load above capacity (a run that never settles)."""
+    `/overloaded` when the estimate puts the load above capacity (a run that never settles)
+    and `/short` for runs of fewer than SHORT_RUN requests."""
     dep = scenario.get("deployment") or {}
     arrival = ((scenario.get("workload") or {}).get("arrival") or {}).get("kind")
     load = "closed" if arrival in ("closed_loop", "offline") else "open"
@@ -68,7 +72,9 @@ def point_class(scenario: Mapping[str, Any], stable: bool = True) -> str:
         kind = "attention_dp"
     else:
         kind = "aggregated"
-    return f"{kind}/{load}" + ("" if stable else "/overloaded")
+    n = int((scenario.get("workload") or {}).get("num_requests", SHORT_RUN))
+    return (f"{kind}/{load}" + ("" if stable else "/overloaded")
+            + ("/short" if n < SHORT_RUN else ""))
 
 
 @functools.lru_cache(maxsize=4)
