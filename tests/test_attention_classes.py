@@ -91,3 +91,20 @@ def test_bad_attention_classes_get_one_clear_line(
     with pytest.raises(InputError) as exc:
         load_profile_file(path)
     assert message in str(exc.value) and "h100-sxm.yaml" in str(exc.value)
+
+
+def test_explain_names_each_gemm_kernel_class() -> None:
+    from simulator.cost.explain import explain
+
+    # gpt-oss on H100: attention projections stay BF16 (modules_to_not_convert) on the dense
+    # class; MXFP4 experts are dequantized (Hopper has no FP4 MMA) in a grouped kernel.
+    e = explain("gpt-oss-120b", "h100-sxm", ParallelLayout(tensor_parallel=8),
+                Formats("mxfp4", "bf16", "bf16"), decode_batch=64)
+    assert e.kernel_classes() == {
+        "attention_projections": "dense",
+        "moe_experts": "grouped_weight_only",
+        "lm_head": "dense (bf16)",
+    }
+    assert "GEMM kernel classes: attention_projections dense" in e.to_text()
+    b = explain("llama-3.1-8b", "b200", ParallelLayout(), Formats("nvfp4", "nvfp4", "fp8"))
+    assert b.to_dict()["kernel_classes"]["dense_mlp"] == "fp4_block_scaled"

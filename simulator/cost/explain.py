@@ -53,6 +53,20 @@ class Explanation:
             f"the largest operator is {top.op} ({top.time_s / s.step_time_s:.0%})."
         )
 
+    def kernel_classes(self) -> dict[str, str]:
+        """The GEMM kernel class (hardware profile `gemm_classes:`) each kind of GEMM in this
+        step runs through: projections and MLP, MoE experts at their rows per expert, LM head."""
+        m, tokens, a = self.model, self.batch.tokens, self.arch
+        out = {"attention_projections": m.gemm_class(tokens, bf16=a.bf16_attention).kernel_class}
+        if a.num_dense_mlp_layers:
+            out["dense_mlp"] = m.gemm_class(tokens).kernel_class
+        moe = a.moe
+        if moe is not None and a.num_moe_layers:
+            rows = max(1, tokens * moe.experts_per_token // moe.num_experts)
+            out["moe_experts"] = m.gemm_class(rows, groups=2).kernel_class
+        out["lm_head"] = m.gemm_class(tokens, bf16=True).kernel_class + " (bf16)"
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "step_time_s": self.step.step_time_s,
@@ -85,6 +99,7 @@ class Explanation:
             },
             "gemm_format": self.model.gemm_format,
             "format_notes": format_notes(self.model),
+            "kernel_classes": self.kernel_classes(),
             "kv_chain": [c.to_dict() for c in self.kv_chains],
         }
 
@@ -132,7 +147,9 @@ class Explanation:
                 f" (after {m.window_reserve_bytes_per_gpu / 1e9:.2f} GB reserved for one "
                 f"sliding window per schedulable sequence)"
             )
-        lines = [head, "", ops, "", totals, mem, self.sentence(), *format_notes(self.model)]
+        classes = ", ".join(f"{k} {v}" for k, v in self.kernel_classes().items())
+        lines = [head, "", ops, "", totals, mem, self.sentence(), *format_notes(self.model),
+                 f"GEMM kernel classes: {classes}"]
         if self.kv_chains:
             lines += ["", "KV-format chain (bytes per token -> capacity -> largest batch -> "
                       "decode throughput):", *(f"  {c.to_text()}" for c in self.kv_chains)]

@@ -35,9 +35,10 @@ def format_notes(model: StepModel) -> list[str]:
         elif kind not in hw.dense_flops_per_s:
             notes.append(
                 f"{hw.name} has no {kind.upper()} tensor cores: {name} {role} are stored at "
-                f"{get_format(name).bits_per_element:g} bits per element (saving memory and "
-                f"weight-streaming time) but are dequantized and multiplied at {gemm}, so "
-                f"there is no {kind.upper()} compute speed-up."
+                f"{get_format(name).bits_per_element:g} bits per element (saving memory; the "
+                f"dequantizing kernels stream them more slowly than a native GEMM, so "
+                f"decode gains less than the bytes suggest) but are dequantized and multiplied "
+                f"at {gemm}, so there is no {kind.upper()} compute speed-up."
             )
     return notes
 
