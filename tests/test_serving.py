@@ -223,9 +223,10 @@ def test_timeline_single_request() -> None:
 def test_timeline_a_then_b_at_2s_chunked(tmp_path: Path, a_out: int) -> None:
     """a (100 in, a_out out) at t=0, then b (200 in, 3 out) at t=2 with chunked prefill.
 
-    a_out=1000: a is still decoding at t=2, so b's whole prompt rides in one mixed step with a's
-    decode, right after the step in flight at t=2 ends. a_out=3: a is long done, the replica is
-    idle, and b's prefill starts at exactly t=2.
+    a_out=1000: a is still decoding at t=2. vLLM's async scheduler planned the step after the
+    one in flight when that one started, so b waits for the step in flight and then one more
+    decode of a, and its whole prompt rides in the mixed step after. a_out=3: a is long done,
+    the replica is idle, and b's prefill starts at exactly t=2.
     """
     sc = make(**trace_workload(tmp_path, [(0.0, 100, a_out), (2.0, 200, 3)]))
     T = step_timer(sc)
@@ -237,6 +238,9 @@ def test_timeline_a_then_b_at_2s_chunked(tmp_path: Path, a_out: int) -> None:
         a_gen += 1
     if a_gen < a_out:
         assert t > 2.0  # the step in flight when b arrived
+        t += T(decode(1, a_ctx))  # the step planned while that one ran, without b
+        a_ctx += 1
+        a_gen += 1
         b_sched = t
         t += T(mixed(200, 0, 1, a_ctx))  # b's prompt + a's decode
         a_ctx += 1
@@ -307,6 +311,8 @@ def test_timeline_no_chunked_prefill_stalls_decodes(tmp_path: Path) -> None:
     while t < 2.0:
         t += T(decode(1, a_ctx))
         a_ctx, a_gen = a_ctx + 1, a_gen + 1
+    t += T(decode(1, a_ctx))  # planned ahead while the step in flight at t=2 ran
+    a_ctx, a_gen = a_ctx + 1, a_gen + 1
     tokens_before = a_gen
     b_prefill_s = T(prefill(2000))
     t += b_prefill_s  # prefill-only: a's context and token count do not move
@@ -855,6 +861,8 @@ def test_timeline_sglang_runs_prefill_apart_from_decode(tmp_path: Path) -> None:
     while t < 2.0:
         t += T(decode(1, a_ctx))
         a_ctx, a_gen = a_ctx + 1, a_gen + 1
+    t += T(decode(1, a_ctx))  # the overlap scheduler planned this one before b arrived
+    a_ctx, a_gen = a_ctx + 1, a_gen + 1
     t += T(prefill(1024, 0, sampled=False)) + T(prefill(976, 1024))  # a gets no token
     b_first = t
     res = simulator.simulate(sc, timeseries=True, check=Recorder())

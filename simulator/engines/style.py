@@ -40,6 +40,9 @@ class _StyleFile(BaseModel):
     memory_fraction_of: Literal["total", "free"] = "total"
     # Whether one step may carry prefill chunks beside the decode batch (see SchedulerConfig).
     mix_prefill_decode: bool = True
+    # The scheduler plans step j+1 while step j runs (a one-step lookahead), so a request that
+    # arrives during step j first runs in step j+2 (serving/intake.py).
+    schedules_ahead: bool = False
     # Client-side costs outside engine steps, on the path a `vllm bench serve` client times:
     # the API server parsing the request and handing it to the engine process, tokenizing the
     # prompt, and detokenizing and streaming the first chunk back. None = unknown (charged 0).
@@ -77,6 +80,7 @@ class EngineStyle:
     memory_fraction_of: str = "total"
     front_end: FrontEnd = FrontEnd()
     mix_prefill_decode: bool = True
+    schedules_ahead: bool = False
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -119,5 +123,6 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
                 (f.first_chunk_emit_us or 0.0) * 1e-6,
             ),
             f.mix_prefill_decode,
+            f.schedules_ahead,
         )
     return styles

@@ -56,6 +56,9 @@ class Scheduler(_Strict):
     chunked_prefill: bool = True
     policy: Literal["fcfs", "priority"] = "fcfs"
     block_size: Annotated[int, Field(ge=1, le=1024)] = 16  # KV cache page, tokens
+    # Poll the input queue every this many steps (SGLang --scheduler-recv-interval, default 1:
+    # "The interval to poll requests in scheduler"); a request arriving between polls waits.
+    recv_interval_steps: Annotated[int, Field(ge=1, le=1024)] = 1
 
     @field_validator("block_size")
     @classmethod

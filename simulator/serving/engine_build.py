@@ -141,15 +141,8 @@ def _build_engine(
             f"gpu_memory_utilization"
         )
     if dep.overhead is not None:
-        style = EngineStyle(
-            style.name,
-            dep.overhead.step_s,
-            dep.overhead.per_seq_s,
-            style.overlap_cpu_with_gpu,
-            style.kv_admission,
-            style.memory_fraction_of,
-            style.front_end,
-            style.mix_prefill_decode,
+        style = replace(
+            style, cpu_step_s=dep.overhead.step_s, cpu_per_seq_s=dep.overhead.per_seq_s
         )
     cfg = SchedulerConfig(
         s.max_num_seqs,
@@ -160,6 +153,7 @@ def _build_engine(
         num_blocks,
         style.kv_admission == "reserve_full",
         style.mix_prefill_decode,
+        recv_interval_steps=s.recv_interval_steps,
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
 

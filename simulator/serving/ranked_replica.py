@@ -111,9 +111,7 @@ class RankedReplica(Replica):
     def clocks(self) -> list[array[float]]:
         return [rk.decode_end_s for rk in self.ranks]
 
-    def submit(self, r: Request, *, routed: bool = False) -> None:
-        if not routed:
-            self.assigned += 1
+    def _take_in(self, r: Request) -> None:
         rank = self.rank_router(self.ranks, r.index)
         assert isinstance(rank, Rank)
         rank.assigned += 1
@@ -129,10 +127,20 @@ class RankedReplica(Replica):
         env, log = self.env, self.log
         step_time_s = self.style.step_time_s
         fast = self.rank_check is None and not log.detailed
+
+        def has_work() -> bool:
+            return any(rk.sched.has_work for rk in self.ranks)
+
         while True:
             ranks = self.ranks
+            self._step_start(has_work)
             plans = [rk.sched.plan(env.now) if rk.sched.has_work else None for rk in ranks]
             if not any(p is not None for p in plans):
+                if self.intake:  # nothing could be planned: nothing runs, so poll now
+                    for r in self.intake.drain():
+                        self._take_in(r)
+                    continue
+                self._stepping = False
                 self._wakeup = env.event()
                 yield self._wakeup
                 self._wakeup = None
@@ -148,6 +156,7 @@ class RankedReplica(Replica):
                         self.rank_check(cast(Replica, rk), p, dt)
             yield env.timeout(dt)
             end = env.now
+            self._steps += 1
             self.busy_s += dt
             self.gpu_s += step.time_s
             self.imbalance_s += step.imbalance_s
@@ -157,7 +166,12 @@ class RankedReplica(Replica):
                 if planned is not None:
                     self._commit_rank(rk, planned, end, dt)
             # A run of unchanged decode steps pays off only if the next event is far enough.
-            if fast and env.peek() - end >= MIN_DECODE_RUN * dt and self._can_fast_forward():
+            if (
+                fast
+                and not self.intake
+                and env.peek() - end >= MIN_DECODE_RUN * dt
+                and self._can_fast_forward()
+            ):
                 yield from self._decode_run(dt)
 
     def _can_fast_forward(self) -> bool:
@@ -200,6 +214,7 @@ class RankedReplica(Replica):
         if steps < 1:
             return
         yield env.timeout(_delay_to(now, float(ends[steps - 1])))
+        self._steps += steps
         dts, ends = dts[:steps], ends[:steps]
         for j in active:
             scheds[j].fast_forward(steps, scheds[j].blocks_needed(steps))

@@ -14,6 +14,7 @@ from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
+from simulator.serving.intake import Intake
 from simulator.serving.request import Request
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
 from simulator.serving.scheduler import Scheduler
@@ -63,6 +64,10 @@ class Replica:
         self.busy_s = 0.0
         self.draft_gpu_s = 0.0  # speculative decoding: the drafter's share of GPU time
         self.gpu_s = 0.0
+        # Requests that arrive while a step runs wait for the boundary that may schedule them.
+        self.intake = Intake(style.schedules_ahead, cfg.recv_interval_steps)
+        self._stepping = False  # a step is planned or running (from plan to the next plan)
+        self._steps = 0  # steps run, the poll counter of the intake
         env.process(self._run())
 
     @property
@@ -75,12 +80,35 @@ class Replica:
 
     def submit(self, r: Request, *, routed: bool = False) -> None:
         """Queue a request; `routed`: it was counted as assigned when the router chose us."""
-        r.replica = self.index
         if not routed:
             self.assigned += 1
+        if self._stepping and self.intake.delays:
+            self.intake.hold(r)
+            return
+        self._take_in(r)
+
+    def _take_in(self, r: Request) -> None:
+        """Hand a request to the scheduler and wake an idle loop."""
+        r.replica = self.index
         self.sched.add(r)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
+
+    def _step_start(self, has_work: Callable[[], bool]) -> bool:
+        """Take in what the intake releases before this step is planned; with nothing to run,
+        take in everything held (an idle engine polls at once). False: nothing to plan."""
+        intake = self.intake
+        if intake:
+            for r in intake.at_step_start(self._steps):
+                self._take_in(r)
+            if not has_work():
+                for r in intake.drain():
+                    self._take_in(r)
+        if has_work():
+            self._stepping = True
+            return True
+        self._stepping = False
+        return False
 
     def _run(self) -> Any:
         env, sched, log = self.env, self.sched, self.log
@@ -88,9 +116,17 @@ class Replica:
         step_time_s = self.style.step_time_s
         fast = self.check is None and not log.detailed
         min_run = MIN_DECODE_RUN
+        def has_work() -> bool:
+            return sched.has_work
+
         while True:
-            planned = sched.plan(env.now) if sched.has_work else None
+            planned = sched.plan(env.now) if self._step_start(has_work) else None
             if planned is None:
+                if self.intake:  # the scheduler could not plan: nothing runs, so poll now
+                    for r in self.intake.drain():
+                        self._take_in(r)
+                    continue
+                self._stepping = False
                 self._wakeup = env.event()
                 yield self._wakeup
                 self._wakeup = None
@@ -105,6 +141,7 @@ class Replica:
                 self.check(self, planned, dt)
             yield env.timeout(dt)
             end = env.now
+            self._steps += 1
             self.busy_s += dt
             decoded = planned.batch.decode_seqs
             if decoded:
@@ -142,7 +179,12 @@ class Replica:
                 log.itl_s.append(0.0)
                 log.itl_weight.append(float(sched.last_emitted - decoded))
             # A run of unchanged decode steps pays off only if the next event is far enough.
-            if fast and env.peek() - end >= min_run * dt and sched.can_fast_forward():
+            if (
+                fast
+                and not self.intake
+                and env.peek() - end >= min_run * dt
+                and sched.can_fast_forward()
+            ):
                 yield from self._decode_run(dt)
 
     def _decode_run(self, last_dt: float) -> Any:
@@ -181,6 +223,7 @@ class Replica:
             return
         elapsed = float(ends[steps - 1] - now)
         yield env.timeout(elapsed)
+        self._steps += steps
         ends[steps - 1] = env.now  # the clock's own sum, so finish times match token times
         finishing = steps == to_finish
         sched.fast_forward(steps - 1 if finishing else steps, used)

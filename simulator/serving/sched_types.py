@@ -27,6 +27,9 @@ class SchedulerConfig:
     # the decode batch (vLLM, TensorRT-LLM). Without chunked prefill steps never mix.
     mix_prefill_decode: bool = True
     speculative: SpecDecoding | None = None  # draft-and-verify decoding (serving/speculative)
+    # The engine takes new requests into its scheduler only every this many steps (SGLang's
+    # --scheduler-recv-interval; 1 everywhere else). See serving/intake.py.
+    recv_interval_steps: int = 1
 
 
 @dataclass(slots=True)

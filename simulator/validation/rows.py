@@ -53,6 +53,9 @@ class Row:
             deployment["expert_parallel"] = int(f["expert_parallel"])
         if f.get("gpu_memory_utilization"):
             deployment["gpu_memory_utilization"] = float(f["gpu_memory_utilization"])
+        scheduler: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
+        if f.get("recv_interval_steps"):
+            scheduler["recv_interval_steps"] = int(f["recv_interval_steps"])
         return {
             "name": self.id,
             "model": self.model,
@@ -65,7 +68,7 @@ class Row:
                     "kv_cache": f["kv_cache"],
                 },
                 "engine": f["engine"],
-                "scheduler": {"max_num_seqs": seqs, "max_num_batched_tokens": tokens},
+                "scheduler": scheduler,
             },
             "workload": {
                 "arrival": arrival,
