@@ -153,6 +153,12 @@ def _queue(side: _Side, traffic: Traffic, cv2: float, rate_per_unit: float,
         return math.inf, math.inf
     residual = op.step_s / 2 if not unit.prefills_only else op.prefill_s / 2 * min(
         1.0, rate_per_unit * op.prefill_s)
+    # The steps planned ahead or between polls (serving/intake.py), paid when the engine is
+    # busy on arrival: with Poisson occupancy of mean B, P(busy) = 1 - exp(-B).
+    if unit.prefills_only:
+        residual += unit.wait_steps * op.prefill_s * min(1.0, rate_per_unit * op.prefill_s)
+    else:
+        residual += unit.wait_steps * op.step_s * -math.expm1(-op.batch)
     if closed:
         return residual, 2 * residual
     load = op.prefill_load if not unit.prefills_only else rate_per_unit * op.prefill_s

@@ -51,6 +51,10 @@ class Unit:
     # Attention-DP ranks stepping in lockstep (the unit is one rank): a step carrying a chunk
     # on any rank takes as long as one carrying it on every rank (the MoE pads to the busiest).
     lockstep_ranks: int = 1
+    # Whole steps a busy engine makes an arrival wait beyond the rest of the step under way
+    # (serving/intake.py): 1 for a one-step lookahead, plus (n - 1) / 2 on average for a poll
+    # every n steps.
+    wait_steps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,5 +86,7 @@ def make_unit(
         decodes_first_token,
         prefills_only,
         ranks,
+        # Pipeline micro-batch slots take requests at their own boundaries, without lookahead.
+        (float(style.schedules_ahead) + (cfg.recv_interval_steps - 1) / 2) if slots == 1 else 0.0,
     )
     return unit, ranks * slots
