@@ -191,12 +191,19 @@ def test_disaggregation_pays_for_long_prompts_not_short(runs: dict) -> None:
 
 
 def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
+    """The largest TTFT jump sits where the KV cache stops holding every running request:
+    preemptions start there, or (one point on) the requests it cannot hold queue. Each step
+    here carries two 4000-token prompts (~0.57 s), and the one-step scheduling lookahead adds
+    one such step to every TTFT, which flattens the first jump next to the second."""
     headlines, page = runs["jagged"]
     assert headlines[0].startswith("The largest jump")
-    assert "preemptions rise" in headlines[1]
+    assert "preemptions rise" in headlines[1] or "queue wait grows" in headlines[1]
     rows = sorted(_rows(page), key=lambda r: _n(r, "workload.arrival.concurrency"))
     ttft = [_n(r, "ttft_s.p50") for r in rows]
-    assert max(b / a for a, b in itertools.pairwise(ttft)) > 2.0
+    jumps = [b / a for a, b in itertools.pairwise(ttft)]
+    assert max(jumps) > 1.9
+    i = jumps.index(max(jumps))
+    assert _n(rows[i + 1], "preemptions") > 0  # past the KV cliff
 
 
 def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
