@@ -304,8 +304,10 @@ def test_shipped_disaggregated_scenario_beats_colocated_on_the_same_gpus() -> No
 
 
 def test_max_rate_at_attainment_brackets_the_slo_edge() -> None:
-    """The bisection's answer meets 90% attainment and a rate one bracket step above it
-    (40 / 2^12 req/s... times 4 for margin) does not: the edge lies between them."""
+    """The bisection's answer meets 90% attainment and a rate 2% above it does not: the edge
+    lies between them. Over 200 requests attainment moves in steps of 0.5% and is not
+    monotone within about 1% of the edge (0.905, 0.900, 0.905, 0.885 at +0, +0.2, +0.5, +1%
+    here), so a margin of a few bisection steps (0.2%) can land on that noise."""
     from simulator.validation.slo_rate import (
         BISECTION_STEPS,
         attainment_at,
@@ -324,7 +326,8 @@ def test_max_rate_at_attainment_brackets_the_slo_edge() -> None:
     )
     rate = max_rate_at_attainment(scenario, 0.9, 0.1, 40.0)
     assert attainment_at(scenario, rate) >= 0.9
-    assert attainment_at(scenario, rate + 4 * 40.0 / 2**BISECTION_STEPS) < 0.9
+    assert 1.02 * rate > rate + 4 * 40.0 / 2**BISECTION_STEPS  # wider than the bracket
+    assert attainment_at(scenario, 1.02 * rate) < 0.9
 
 
 def test_sweeps_vary_each_pools_layout_under_a_gpu_bound() -> None:
