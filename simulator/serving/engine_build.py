@@ -105,6 +105,31 @@ def build_engine(
     return replace(engine, max_model_len=max_model_len)
 
 
+_STEP_MODELS: dict[str, StepModel] = {}
+MAX_SHARED_STEP_MODELS = 64
+
+
+def shared_step_model(
+    arch: Architecture,
+    hw: Hardware,
+    layout: ParallelLayout,
+    formats: Formats,
+    comm_overlap: float,
+    slots: tuple[float, ...] | None,
+) -> StepModel:
+    """One StepModel per configuration in a process, so its memoized step parts (pure
+    functions of the configuration) carry over between the runs that share it: the sweep
+    points of one config at different loads, the band's reruns. Keyed by the full repr of
+    every input (a perturbed profile of the same name is another key)."""
+    key = repr((arch, hw, layout, formats, comm_overlap, slots))
+    model = _STEP_MODELS.get(key)
+    if model is None:
+        if len(_STEP_MODELS) >= MAX_SHARED_STEP_MODELS:
+            _STEP_MODELS.clear()
+        model = _STEP_MODELS[key] = StepModel(arch, hw, layout, formats, comm_overlap, slots)
+    return model
+
+
 def _build_engine(
     dep: AggregatedDeployment | WorkerPool,
     arch: Architecture,
@@ -116,7 +141,7 @@ def _build_engine(
     p = dep.precision
     formats = Formats(p.weights, p.activations, p.kv_cache)
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
-    step_model = StepModel(arch, hw, layout, formats, comm_overlap, slots)
+    step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)
     s = dep.scheduler
     style = load_engine_styles()[dep.engine]
     budget = memory_budget(
