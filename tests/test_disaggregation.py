@@ -499,3 +499,13 @@ def test_cost_of_mixed_pools_weights_each_gpus_price() -> None:
 
     assert "prefill pool: 2 replica(s) of 1 GPU(s) on its own h100-sxm machines" in "\n".join(
         launch_commands(s, "vllm"))
+
+
+def test_simulate_text_names_each_pools_gpu_when_they_differ(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(mixed()))
+    main(["simulate", str(path)])
+    out = capsys.readouterr().out
+    assert "prefill 1 h100-sxm GPU(s)" in out and "decode 1 a100-sxm GPU(s)" in out

@@ -90,9 +90,11 @@ def _pools_text(p: dict[str, Any]) -> str:
         return "-" if v is None else f"{v * 1e3:.1f} ms"
 
     pf, dc = p["prefill"], p["decode"]
+    # Pools on two GPU types (deployment.<pool>.hardware) say which runs where.
+    pg, dg = (f" {pf['gpu']}", f" {dc['gpu']}") if pf.get("gpu") != dc.get("gpu") else ("", "")
     return (
-        f"\npools {p['ratio']}: prefill {pf['gpus']} GPU(s) busy {pf['busy_fraction']:.0%}, "
-        f"queue p99 {ms(pf['queue_s'])}; decode {dc['gpus']} GPU(s), "
+        f"\npools {p['ratio']}: prefill {pf['gpus']}{pg} GPU(s) busy {pf['busy_fraction']:.0%}, "
+        f"queue p99 {ms(pf['queue_s'])}; decode {dc['gpus']}{dg} GPU(s), "
         f"{dc['batch_slot_fraction']:.0%} of batch slots, queue p99 {ms(dc['queue_s'])}; "
         f"KV transfer p50 {ms({'p99': p['kv_transfer_s']['p50']})}, p99 "
         f"{ms(p['kv_transfer_s'])} at {p['kv_link_gb_per_s']:.0f} GB/s\nhint: {p['hint']}"
