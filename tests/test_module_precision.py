@@ -54,3 +54,27 @@ def test_parse_ignores_configs_without_the_field() -> None:
     assert not parse_hf_config({**cfg, **raw}, "x").bf16_attention
     kept = {"quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn"]}}
     assert parse_hf_config({**cfg, **kept}, "x").bf16_attention
+
+
+def test_precision_block_overrides_the_checkpoint() -> None:
+    """deployment.precision.keep_attention_bf16 overrides modules_to_not_convert either way;
+    left out, the checkpoint decides (gpt-oss keeps attention BF16, DeepSeek-R1 does not)."""
+    import simulator
+
+    def engine(model: str, keep: bool | None) -> tuple[bool, float]:
+        precision = {"weights": "mxfp4", "activations": "bf16", "kv_cache": "bf16"}
+        if keep is not None:
+            precision["keep_attention_bf16"] = keep
+        s = simulator.load_scenario({
+            "model": model, "hardware": {"gpu": "h100-sxm", "gpus_per_node": 8},
+            "deployment": {"tensor_parallel": 8, "precision": precision},
+            "workload": {"arrival": {"kind": "offline"}, "num_requests": 1,
+                         "input_tokens": {"kind": "fixed", "value": 100},
+                         "output_tokens": {"kind": "fixed", "value": 2}},
+        })
+        assert s.engine is not None
+        return s.engine.arch.bf16_attention, s.engine.memory.weights_bytes_per_gpu
+
+    assert engine("gpt-oss-120b", None)[0] and not engine("gpt-oss-120b", False)[0]
+    assert engine("gpt-oss-120b", None)[1] > engine("gpt-oss-120b", False)[1]
+    assert not engine("deepseek-r1", None)[0] and engine("deepseek-r1", True)[0]

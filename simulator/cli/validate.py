@@ -26,12 +26,23 @@ from simulator.units import table
     help="Rewrite simulator/validation/REPORT.md (the table the README links).",
 )
 @click.option(
+    "--ablation/--no-ablation",
+    default=None,
+    help="Rerun the simulated rows with each issue-15 cause switched off and report the "
+    "per-metric errors before and after (default: with --write-report).",
+)
+@click.option(
     "--update-baseline",
     is_flag=True,
     help="Record these predictions as the regression baseline (deliberate; say why).",
 )
 def validate(
-    subset: str | None, as_json: bool, band: bool, write_report: bool, update_baseline: bool
+    subset: str | None,
+    as_json: bool,
+    band: bool,
+    write_report: bool,
+    ablation: bool | None,
+    update_baseline: bool,
 ) -> None:
     """Run every validation row; print measured, predicted and signed error, then group stats."""
     from simulator.validation.rows import load_rows
@@ -50,8 +61,14 @@ def validate(
     if subset is not None and subset not in subsets:
         raise click.BadParameter(f"{subset!r} (valid: {', '.join(subsets)})", param_hint="--subset")
     result = run_validation(subset, band)
+    ablated = None
+    if ablation or (ablation is None and write_report):
+        from simulator.validation.ablation import run_ablation
+
+        ablated = run_ablation()
+        result["ablation"] = ablated
     if write_report:
-        REPORT.write_text(report_markdown(result))
+        REPORT.write_text(report_markdown(result, ablated))
     if update_baseline:
         write_baseline(result)
     if as_json:
@@ -93,4 +110,9 @@ def validate(
     click.echo(table(["group", "rows", "median |err|", "p90 |err|"], stats))
     if result["band_coverage"] is not None:
         click.echo(f"\nband covers the measurement on {result['band_coverage']:.0%} of rows")
+    if ablated is not None:
+        from simulator.validation.ablation import ablation_markdown
+
+        click.echo("")
+        click.echo("\n".join(ablation_markdown(ablated)[4:]))  # the table, without its preamble
     click.echo(f"{len(result['pending'])} rows pending (listed in {REPORT.name} and --json)")

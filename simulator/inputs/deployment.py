@@ -38,6 +38,10 @@ class Precision(_Strict):
     weights: NumberFormat = "bf16"
     activations: NumberFormat = "bf16"
     kv_cache: NumberFormat = "bf16"
+    # Attention projections kept in BF16 whatever `weights` says: None follows the checkpoint
+    # (quantization_config.modules_to_not_convert, as gpt-oss names self_attn); true or false
+    # overrides it, in step cost and weight memory alike.
+    keep_attention_bf16: bool | None = None
 
     @field_validator("activations")
     @classmethod

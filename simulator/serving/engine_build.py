@@ -139,6 +139,8 @@ def _build_engine(
 ) -> Engine:
     layout = _layout(dep, arch)
     p = dep.precision
+    if p.keep_attention_bf16 is not None:  # the deployment overrides the checkpoint's choice
+        arch = replace(arch, bf16_attention=p.keep_attention_bf16)
     formats = Formats(p.weights, p.activations, p.kv_cache)
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
     step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)

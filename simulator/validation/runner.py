@@ -52,7 +52,7 @@ def predict(row: Row, band: bool = False, cache: Cache | None = None) -> Scored:
 
     if row.metric == RATIO_METRIC:
         return Scored(row, predict_ratio(row.id), None, None)
-    if row.id in speculative_setups():
+    if not simulated_row(row):
         return Scored(row, predict_speculative(row.id, row.metric, row.scenario()), None, None)
     setup = {k: v for k, v in row.scenario().items() if k != "name"}
     key = json.dumps(setup, sort_keys=True) + f"|band={band}"
@@ -64,6 +64,21 @@ def predict(row: Row, band: bool = False, cache: Cache | None = None) -> Scored:
         mid, a, b = values
         return Scored(row, mid, min(a, b), max(a, b))
     return Scored(row, values[0], None, None)
+
+
+def simulated_row(row: Row) -> bool:
+    """Whether a row is scored through one plain simulation of its scenario (not a goodput
+    ratio or a speculative setup with its own path)."""
+    return row.metric != RATIO_METRIC and row.id not in speculative_setups()
+
+
+def group_stats_errors(groups: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Rows, median and p90 |error| of each group of signed errors."""
+    out: dict[str, dict[str, float]] = {}
+    for g, errs in sorted(groups.items()):
+        med, p90 = _stats(errs)
+        out[g] = {"rows": len(errs), "median_abs_error": med, "p90_abs_error": p90}
+    return out
 
 
 def _stats(errors: list[float]) -> tuple[float, float]:
@@ -94,10 +109,7 @@ def group_stats(scored: Iterable[Scored]) -> dict[str, dict[str, dict[str, float
             if s.row.metric == ACCEPTANCE_METRIC and name not in ("measures", "metric", "overall"):
                 continue
             groups.setdefault(key(s), []).append(s.error)
-        out[name] = {}
-        for g, errs in sorted(groups.items()):
-            med, p90 = _stats(errs)
-            out[name][g] = {"rows": len(errs), "median_abs_error": med, "p90_abs_error": p90}
+        out[name] = group_stats_errors(groups)
     return out
 
 
@@ -178,7 +190,11 @@ def metric_table(groups: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def report_markdown(result: dict[str, Any]) -> str:
+def report_markdown(result: dict[str, Any], ablation: dict[str, Any] | None = None) -> str:
+    """REPORT.md: per-metric errors, the cause-by-cause ablation (when run), every row, the
+    groups, the largest errors with their likely causes, and the pending rows."""
+    from simulator.validation.ablation import ablation_markdown
+
     lines = [
         "# Validation against published measurements",
         "",
@@ -193,6 +209,7 @@ def report_markdown(result: dict[str, Any]) -> str:
         "",
         *metric_table(result["groups"].get("measures", {})),
         "",
+        *(ablation_markdown(ablation) if ablation is not None else []),
         "## Every row",
         "",
         "| row | measured | predicted | error | band |",
