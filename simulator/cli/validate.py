@@ -68,7 +68,10 @@ def validate(
         ablated = run_ablation()
         result["ablation"] = ablated
     if write_report:
-        REPORT.write_text(report_markdown(result, ablated))
+        from simulator.validation.ablation import ablation_markdown
+
+        lines = ablation_markdown(ablated) if ablated is not None else None
+        REPORT.write_text(report_markdown(result, lines))
     if update_baseline:
         write_baseline(result)
     if as_json:

@@ -190,11 +190,10 @@ def metric_table(groups: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def report_markdown(result: dict[str, Any], ablation: dict[str, Any] | None = None) -> str:
-    """REPORT.md: per-metric errors, the cause-by-cause ablation (when run), every row, the
-    groups, the largest errors with their likely causes, and the pending rows."""
-    from simulator.validation.ablation import ablation_markdown
-
+def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = None) -> str:
+    """REPORT.md: per-metric errors, the cause-by-cause ablation section when given
+    (validation/ablation.py), every row, the groups, the largest errors with their likely
+    causes, and the pending rows."""
     lines = [
         "# Validation against published measurements",
         "",
@@ -209,7 +208,7 @@ def report_markdown(result: dict[str, Any], ablation: dict[str, Any] | None = No
         "",
         *metric_table(result["groups"].get("measures", {})),
         "",
-        *(ablation_markdown(ablation) if ablation is not None else []),
+        *(ablation_lines or []),
         "## Every row",
         "",
         "| row | measured | predicted | error | band |",
