@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import simulator
-from simulator.cli.app import main
 from simulator.cost.shape import BatchShape
 from simulator.serving.steady_state import (
     erlang_c,
@@ -21,6 +20,7 @@ from simulator.serving.steady_state import (
     tail_s,
 )
 from simulator.serving.unit_build import make_unit
+from tests.cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = str(ROOT / "scenarios" / "chat-llama-3.1-8b-h100.yaml")
@@ -30,14 +30,6 @@ FIXED = [
 ]
 
 
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_low_load_fluid_arithmetic_by_hand() -> None:

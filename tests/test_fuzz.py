@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simulator
-from simulator.cli.app import USER_ERRORS, main
+from simulator.cli.app import USER_ERRORS
 from simulator.errors import one_line
 from simulator.inputs.scenario import EmpiricalLengths, FixedLengths, TraceArrival
+from tests.cli_helpers import run_cli
 
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 # FRONTIER_HYPOTHESIS_EXAMPLES=2000 explores further (and randomly).
@@ -122,15 +123,6 @@ def mutated(draw: st.DrawFn) -> tuple[Any, tuple[Any, ...] | None]:
     return doc, touched if count == 1 else None
 
 
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    capsys.readouterr()
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = 0 if exc.code is None else int(exc.code)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def single_line(err: str) -> str:

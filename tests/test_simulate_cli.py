@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import simulator
-from simulator.cli.app import main
 from simulator.serving.metrics import RECORD_DTYPE
 from simulator.serving.simulation import TIMESERIES_COLUMNS
+from tests.cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = str(ROOT / "scenarios" / "chat-llama-3.1-8b-h100.yaml")
@@ -29,15 +29,6 @@ DESIGN_KEYS = (
 BLOCKS = ("ttft_s", "tpot_s", "itl_s", "e2e_s", "queue_s", "output_tokens_per_s_per_user")
 
 
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run `frontier ARGS` in-process; (exit status, stdout, stderr)."""
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_json_has_every_design_key(capsys: pytest.CaptureFixture[str]) -> None:
