@@ -12,13 +12,12 @@ generic fractions.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from simulator.hardware.gemm_classes import KERNEL_MODEL_ENV, log_interp
+from simulator.hardware.gemm_classes import kernel_classes_off, log_interp
 
 Fraction1 = Annotated[float, Field(gt=0, le=1)]
 
@@ -79,7 +78,7 @@ class AttentionClasses:
 
 def to_attention_classes(spec: AttentionClassesSpec | None) -> AttentionClasses | None:
     """SI form of the block; None when absent or switched off by FRONTIER_KERNEL_MODEL=flat."""
-    if spec is None or os.environ.get(KERNEL_MODEL_ENV, "classes") == "flat":
+    if spec is None or kernel_classes_off():
         return None
     d = spec.mla_decode
     return AttentionClasses(

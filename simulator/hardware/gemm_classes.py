@@ -28,6 +28,11 @@ ClassFormat = Literal["bf16", "fp16", "fp8", "int8", "fp4", "tf32", "fp64"]
 KERNEL_MODEL_ENV = "FRONTIER_KERNEL_MODEL"
 
 
+def kernel_classes_off() -> bool:
+    """FRONTIER_KERNEL_MODEL=flat: cost kernels with the flat fractions (the ablation switch)."""
+    return os.environ.get(KERNEL_MODEL_ENV, "classes") == "flat"
+
+
 def log_interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
     """ys at x, piecewise-linear in log2(x) between the points, flat beyond the ends."""
     if x <= xs[0]:
@@ -155,7 +160,7 @@ def _tiled(spec: TiledClassSpec) -> TiledClass:
 
 def to_gemm_classes(spec: GemmClassesSpec | None) -> GemmClasses | None:
     """SI form of the block; None (the flat model) when absent or switched off by the env."""
-    if spec is None or os.environ.get(KERNEL_MODEL_ENV, "classes") == "flat":
+    if spec is None or kernel_classes_off():
         return None
     g = spec.grouped
     return GemmClasses(
