@@ -22,7 +22,7 @@ from simulator.inputs.scenario import (
     UniformLengths,
     load_scenario_file,
 )
-from simulator.serving.trace_files import load_trace, parse_azure_timestamp
+from simulator.serving.trace_files import parse_azure_timestamp, read_trace
 from simulator.serving.workload import build_stream, sample_arrivals, sample_lengths
 
 TRACES = Path(__file__).resolve().parent.parent / "scenarios" / "traces"
@@ -180,7 +180,11 @@ def test_azure_trace_relative_to_first_row(tmp_path: Path) -> None:
         "2023-11-16 18:15:46.6805900,10,1\n"
         "2023-11-16 18:17:00.1234567,30,3\n"
     )
-    t, n_in, n_out, bad = load_trace("az.csv", tmp_path, time_scale=2.0)
+    trace = read_trace("az.csv", tmp_path, time_scale=2.0)
+    t = trace.arrival_s
+    n_in = trace.input_tokens
+    n_out = trace.output_tokens
+    bad = trace.bad_lines
     assert bad == []
     # sorted by time; 100 ns resolution kept; times doubled by time_scale
     assert t.tolist() == pytest.approx([0.0, 2 * 0.3194101, 2 * 73.4428667], abs=1e-9)
@@ -191,7 +195,9 @@ def test_plain_trace_sorted_stably(tmp_path: Path) -> None:
     (tmp_path / "p.csv").write_text(
         "arrival_s,input_tokens,output_tokens\n1.5,1,1\n0.5,2,2\n1.5,3,3\n0.0,4,4\n"
     )
-    t, n_in, _, _ = load_trace(tmp_path / "p.csv")
+    trace = read_trace(tmp_path / "p.csv")
+    t = trace.arrival_s
+    n_in = trace.input_tokens
     assert t.tolist() == [0.0, 0.5, 1.5, 1.5]
     assert n_in.tolist() == [4, 2, 1, 3]
 
@@ -210,7 +216,7 @@ def test_bad_trace_rows_are_named_and_can_be_skipped(tmp_path: Path) -> None:
         "0.5,10,2\n"
     )
     with pytest.raises(InputError) as info:
-        load_trace(path)
+        read_trace(path)
     msg = str(info.value)
     assert msg.startswith(f"{path}: 4 bad rows at lines 3, 5, 6, 7 (")
     assert "line 3: 2 columns, header has 3" in msg
@@ -218,7 +224,10 @@ def test_bad_trace_rows_are_named_and_can_be_skipped(tmp_path: Path) -> None:
     assert "line 6: output_tokens 0 is below 1" in msg
     assert "line 7: arrival_s -1.0 is not a time >= 0" in msg
     assert msg.endswith("fix them or pass --skip-bad-rows")
-    t, _, n_out, bad = load_trace(path, skip_bad_rows=True)
+    trace = read_trace(path, skip_bad_rows=True)
+    t = trace.arrival_s
+    n_out = trace.output_tokens
+    bad = trace.bad_lines
     assert bad == [3, 5, 6, 7]
     assert t.tolist() == [0.0, 0.2, 0.5] and n_out.tolist() == [1, 1, 2]
 
@@ -228,22 +237,22 @@ def test_bad_azure_timestamp(tmp_path: Path) -> None:
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68x,10,1\nyesterday,1,1\n"
     )
     with pytest.raises(InputError, match="2 bad rows at lines 2, 3") as info:
-        load_trace(tmp_path / "az.csv")
+        read_trace(tmp_path / "az.csv")
     assert "TIMESTAMP 'yesterday' is not a time" in str(info.value)
 
 
 def test_trace_header_empty_and_missing(tmp_path: Path) -> None:
     (tmp_path / "h.csv").write_text("t,in,out\n1,2,3\n")
     with pytest.raises(InputError, match="trace header must name arrival_s,input_tokens"):
-        load_trace(tmp_path / "h.csv")
+        read_trace(tmp_path / "h.csv")
     (tmp_path / "e.csv").write_text("arrival_s,input_tokens,output_tokens\n")
     with pytest.raises(InputError, match="no usable rows"):
-        load_trace(tmp_path / "e.csv")
+        read_trace(tmp_path / "e.csv")
     (tmp_path / "allbad.csv").write_text("arrival_s,input_tokens,output_tokens\nx,1,1\n")
     with pytest.raises(InputError, match="no usable rows"):
-        load_trace(tmp_path / "allbad.csv", skip_bad_rows=True)
+        read_trace(tmp_path / "allbad.csv", skip_bad_rows=True)
     with pytest.raises(InputError, match="cannot read trace"):
-        load_trace(tmp_path / "absent.csv")
+        read_trace(tmp_path / "absent.csv")
 
 
 def test_trace_stream_caps_rows_and_warns(tmp_path: Path) -> None:
@@ -268,7 +277,11 @@ def test_trace_stream_caps_rows_and_warns(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["synthetic_plain.csv", "synthetic_azure.csv"])
 def test_shipped_synthetic_traces_load(name: str) -> None:
-    t, n_in, n_out, bad = load_trace(TRACES / name)
+    trace = read_trace(TRACES / name)
+    t = trace.arrival_s
+    n_in = trace.input_tokens
+    n_out = trace.output_tokens
+    bad = trace.bad_lines
     assert bad == [] and len(t) == 200
     assert t[0] >= 0 and np.all(np.diff(t) >= 0)
     assert n_in.min() >= 1 and n_out.min() >= 1

@@ -183,18 +183,6 @@ def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _Tra
     return rows
 
 
-def load_trace(
-    path: str | Path,
-    base_dir: Path | None = None,
-    time_scale: float = 1.0,
-    skip_bad_rows: bool = False,
-    max_model_len: int | None = None,
-) -> tuple[FloatArray, IntArray, IntArray, list[int]]:
-    """Read a request trace CSV: (arrival_s, input_tokens, output_tokens, bad row line numbers)."""
-    t = read_trace(path, base_dir, time_scale, skip_bad_rows, max_model_len)
-    return t.arrival_s, t.input_tokens, t.output_tokens, t.bad_lines
-
-
 def read_trace(
     path: str | Path,
     base_dir: Path | None = None,

@@ -170,7 +170,7 @@ def sample_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> Floa
     """`n` arrival instants in seconds, non-decreasing (NaN for closed loop)."""
     sampler = ARRIVAL_SAMPLERS.get(spec.kind)
     if sampler is None:
-        raise ValueError(f"arrival kind {spec.kind!r} is not sampled; traces use load_trace")
+        raise ValueError(f"arrival kind {spec.kind!r} is not sampled; traces use read_trace")
     return sampler(spec, n, rng)
 
 
