@@ -90,7 +90,7 @@ class Kernels:
             ab = min(get_format(self.formats.activations).bytes_per_element, BF16_BYTES)
         flops = 2.0 * m * n * k * groups * layers
         nbytes = gemm_bytes(m, n, k, wb, ab) * groups * layers
-        compute_s, _ = gemm_kernel_s(self.hw, rates, m, n, k, groups, wb, ab)
+        kernel = gemm_kernel_s(self.hw, rates, m, n, k, groups, wb, ab)
         return roofline(
             op,
             flops,
@@ -99,7 +99,9 @@ class Kernels:
             rates.hbm_bytes_per_s,
             layers,
             self.hw.kernel_launch_overhead_s,
-            compute_s * layers,
+            kernel.compute_s * layers,
+            kernel.memory_s * layers,
+            kernel.serial,
         )
 
     def gemm_class(self, m: int, groups: int = 1, bf16: bool = False) -> GemmRates:

@@ -39,16 +39,20 @@ def roofline(
     kernels: int,
     launch_s: float,
     compute_s: float | None = None,
+    memory_s: float | None = None,
+    serial: bool = False,
 ) -> OpCost:
-    """max(compute, memory) + launches. `compute_s` overrides flops/rate (tile-quantized GEMMs)."""
+    """max(compute, memory) + launches; their sum when `serial` (loads that cannot overlap the
+    MMAs, cost/gemm.GemmKernelTime). `compute_s` / `memory_s` override flops/rate and
+    bytes/rate (tile-quantized GEMMs, their kernel class's streaming)."""
     tc = flops / flops_per_s if compute_s is None else compute_s
-    tm = nbytes / bytes_per_s
+    tm = nbytes / bytes_per_s if memory_s is None else memory_s
     launch = kernels * launch_s
     return OpCost(
         op,
         flops,
         nbytes,
-        max(tc, tm) + launch,
+        (tc + tm if serial else max(tc, tm)) + launch,
         launch,
         "compute" if tc >= tm else "memory",
         kernels,
