@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,13 +21,14 @@ from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
 from simulator.quality.of_scenario import scenario_quality
 from simulator.serving.engine_build import Engine, build_engine
-from simulator.serving.estimate import Estimate
-from simulator.serving.estimate import estimate as estimate_scenario
 from simulator.serving.kv_load import kv_chain_summary
 from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
 from simulator.serving.pool_stats import pool_summary
 from simulator.serving.simulation import TIMESERIES_COLUMNS, CheckHook, run
 from simulator.serving.workload import build_stream
+
+if TYPE_CHECKING:
+    from simulator.serving.estimate import Estimate
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,8 @@ def estimate(
 ) -> Estimate:
     """The closed-form steady-state estimate of a scenario (serving/estimate.py): the same step
     cost as `simulate`, no event simulation; milliseconds, not minutes, for a sweep screen."""
+    from simulator.serving.estimate import estimate as estimate_scenario
+
     if isinstance(scenario, Scenario):
         loaded = LoadedScenario(scenario, None)
     else:
@@ -205,6 +208,15 @@ def estimate(
     engine = loaded.engine if loaded.engine is not None else build_engine(s, base_dir)
     stream, _ = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
     return estimate_scenario(s, engine, stream)
+
+
+def __getattr__(name: str) -> Any:
+    """`Estimate` loads with the estimate model, which `simulate` does not need."""
+    if name == "Estimate":
+        from simulator.serving.estimate import Estimate
+
+        return Estimate
+    raise AttributeError(f"module 'simulator.api' has no attribute {name!r}")
 
 
 __all__ = ["Engine", "Estimate", "LoadedScenario", "Result", "estimate", "load_scenario",

@@ -6,24 +6,54 @@ Each command group lives in a module of its own; this one builds the group and t
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import sys
 
 import click
 
-from simulator.cli.bench import bench, bench_scale
-from simulator.cli.catalogs import hardware, models, scenarios
 from simulator.cli.common import USER_ERRORS
-from simulator.cli.estimate import estimate
-from simulator.cli.explain import explain
-from simulator.cli.lesson import lesson
-from simulator.cli.simulate import simulate
-from simulator.cli.sweep import register
-from simulator.cli.validate import validate
 from simulator.errors import InvariantViolation, one_line
 
+# command name -> "module:attribute". A command's module is imported only when that command
+# runs (or `--help` lists it): `frontier simulate` loads none of the sweep, catalog, lesson or
+# validation commands.
+COMMANDS = {
+    "bench": "simulator.cli.bench:bench",
+    "bench-scale": "simulator.cli.bench:bench_scale",
+    "bench-sweep": "simulator.cli.sweep:bench_sweep",
+    "estimate": "simulator.cli.estimate:estimate",
+    "explain": "simulator.cli.explain:explain",
+    "export": "simulator.cli.sweep:export_cmd",
+    "hardware": "simulator.cli.catalogs:hardware",
+    "lesson": "simulator.cli.lesson:lesson",
+    "models": "simulator.cli.catalogs:models",
+    "recommend": "simulator.cli.sweep:recommend",
+    "report": "simulator.cli.sweep:report",
+    "scenarios": "simulator.cli.catalogs:scenarios",
+    "simulate": "simulator.cli.simulate:simulate",
+    "sweep": "simulator.cli.sweep:sweep",
+    "validate": "simulator.cli.validate:validate",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use (COMMANDS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attr = target.split(":")
+        command = getattr(importlib.import_module(module), attr)
+        assert isinstance(command, click.Command) and command.name == cmd_name, target
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="frontier-sim")
 @click.option(
     "--hardware-path",
@@ -39,12 +69,6 @@ def cli(hardware_paths: tuple[str, ...]) -> None:
         # Sweep workers inherit the environment, so the flag reaches every process.
         parts = [p for p in os.environ.get("FRONTIER_HARDWARE_PATH", "").split(os.pathsep) if p]
         os.environ["FRONTIER_HARDWARE_PATH"] = os.pathsep.join([*parts, *hardware_paths])
-
-
-for _command in (explain, hardware, models, scenarios, simulate, estimate, bench, bench_scale,
-                 validate, lesson):
-    cli.add_command(_command)
-register(cli)
 
 
 EXIT_INVARIANT = 3  # `simulate --check` found a simulator bug (not the user's fault)

@@ -1,6 +1,6 @@
 """`frontier sweep | recommend | export | report | bench-sweep`: the sweep commands.
 
-Registered on the main group by `register(cli)` in simulator/cli/app.py. Bad input
+Listed in the main group's COMMANDS (simulator/cli/app.py). Bad input
 raises InputError (one line on stderr, exit 2, as everywhere in the CLI).
 """
 
@@ -299,9 +299,3 @@ def bench_sweep(points: int, num_requests: int, workers: int, screen: bool,
     for line in lines:
         click.echo(line)
         sys.stdout.flush()
-
-
-def register(cli: click.Group) -> None:
-    """Add the sweep commands to the main `frontier` group."""
-    for cmd in (sweep, recommend, export_cmd, report, bench_sweep):
-        cli.add_command(cmd)

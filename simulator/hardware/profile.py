@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -232,8 +231,8 @@ def profile_dirs(extra: list[Path] | None = None) -> list[Path]:
     if checkout is not None:
         dirs.append(checkout)
     else:
-        shipped = resources.files("simulator") / "_shipped" / "hardware_profiles"
-        dirs.append(Path(str(shipped)))
+        # The installed package's own folder (importlib.resources would cost start-up).
+        dirs.append(Path(__file__).resolve().parents[1] / "_shipped" / "hardware_profiles")
     for part in os.environ.get("FRONTIER_HARDWARE_PATH", "").split(os.pathsep):
         if part:
             dirs.append(Path(part))

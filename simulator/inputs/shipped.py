@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 
@@ -11,7 +10,8 @@ def scenarios_dir() -> Path:
     checkout = Path(__file__).resolve().parents[2] / "scenarios"
     if checkout.is_dir():
         return checkout
-    return Path(str(resources.files("simulator") / "_shipped" / "scenarios"))
+    # The installed package's own folder (no importlib.resources: its import costs start-up).
+    return Path(__file__).resolve().parents[1] / "_shipped" / "scenarios"
 
 
 def shipped_scenarios() -> dict[str, Path]:

@@ -14,7 +14,7 @@ import csv
 import math
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Annotated, Literal, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -58,7 +58,7 @@ def _rates(cell: str) -> tuple[float, ...] | None:
 @cache
 def load_presets() -> dict[str, dict[str, PresetRow]]:
     """preset name -> workload kind -> its published row."""
-    text = (resources.files("simulator.inputs") / "speculative_presets.csv").read_text()
+    text = Path(__file__).with_name("speculative_presets.csv").read_text()
     out: dict[str, dict[str, PresetRow]] = {}
     for r in csv.DictReader(text.splitlines()):
         row = PresetRow(
