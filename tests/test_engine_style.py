@@ -16,13 +16,17 @@ GOOD_BODY = (
 
 def test_shipped_styles_load() -> None:
     styles = load_engine_styles()
-    assert set(styles) == {"vllm", "sglang", "trtllm"}
+    assert set(styles) == {"vllm", "sglang", "trtllm", "vllm-0.2", "distserve"}
     for name, style in styles.items():
         assert style.name == name
         assert style.cpu_step_s >= 0 and style.cpu_per_seq_s >= 0
-        # All three engines overlap host work with the GPU by default in current releases.
-        assert style.overlap_cpu_with_gpu
         assert style.host_time_s(1) > 0
+    # The three current engines overlap host work with the GPU by default; vLLM's V0 engine
+    # (0.2.x) and DistServe's prototype run host and GPU work in series.
+    assert all(styles[n].overlap_cpu_with_gpu for n in ("vllm", "sglang", "trtllm"))
+    assert not any(styles[n].overlap_cpu_with_gpu for n in ("vllm-0.2", "distserve"))
+    # vLLM 0.2 never mixes prompts into decode steps.
+    assert not styles["vllm-0.2"].mix_prefill_decode
     assert styles["trtllm"].kv_admission == "reserve_full"
     assert styles["vllm"].kv_admission == "on_demand"
 
@@ -86,3 +90,35 @@ def test_good_tmp_file_converts_microseconds_to_seconds(tmp_path: Path) -> None:
     styles = load_engine_styles(_write(tmp_path, f"s: {GOOD_BODY}\n"))
     assert styles["s"].cpu_step_s == pytest.approx(100e-6)
     assert styles["s"].cpu_per_seq_s == pytest.approx(2e-6)
+
+
+
+def test_vllm_02_timeline_adds_serial_host_and_ingest_and_never_mixes() -> None:
+    """vllm-0.2 style, Llama-3.1-8B on one H100, chunked prefill switched on: request a
+    (100 in / 3 out) at t=0, b (100 in / 3 out) arriving during a's first decode step. Each
+    step costs GPU + 6.6 ms host in series, and b's prompt runs in a prefill-only step (a's
+    decoding pauses for it) before one decode step carries both: a's token 3 at 101 cached
+    tokens and b's token 2 at 100. The client TTFT adds 18 ms ingest + 100 x 10 us."""
+    from simulator.api import simulate
+    from tests.test_serving import decode, make, prefill, step_timer
+
+    host = 6.6e-3
+    t = step_timer(make())
+    first = t(prefill(100)) + host
+    step1 = t(decode(1, 100)) + host
+    gap = first + step1 / 2  # b arrives halfway through a's first decode step
+    dep = {"engine": "vllm-0.2", "overhead": None, "scheduler": {"chunked_prefill": True}}
+    w = {"arrival": {"kind": "constant", "rate_per_s": 1.0 / gap}, "num_requests": 2}
+    r = simulate(make(deployment=dep, workload=w))
+    a, b = r.requests[0], r.requests[1]
+    assert b["arrival_s"] - a["arrival_s"] == pytest.approx(gap, rel=1e-9)
+    t0 = a["arrival_s"]
+    assert a["first_token_s"] - t0 == pytest.approx(first, rel=1e-9)
+    b_first = first + step1 + t(prefill(100)) + host
+    assert b["first_token_s"] - t0 == pytest.approx(b_first, rel=1e-9)
+    both = t(decode(2, 201)) + host
+    assert a["finish_s"] - t0 == pytest.approx(b_first + both, rel=1e-9)
+    # Both prompts have 100 tokens, so every client TTFT is the engine's + 19 ms.
+    d = r.to_dict()
+    offset = d["ttft_s"]["p50"] - d["ttft_engine_s"]["p50"]
+    assert offset == pytest.approx(18e-3 + 100 * 10e-6, rel=1e-9)

@@ -43,6 +43,10 @@ class _StyleFile(BaseModel):
     # The scheduler plans step j+1 while step j runs (a one-step lookahead), so a request that
     # arrives during step j first runs in step j+2 (serving/intake.py).
     schedules_ahead: bool = False
+    # Disaggregated: the prefill replica samples and returns the first token (DistServe), so
+    # TTFT ends with the prefill and the decode side makes the other outputs; otherwise the
+    # decode replica samples it after the KV transfer (vLLM's and SGLang's P/D connectors).
+    prefill_emits_first_token: bool = False
     # Client-side costs outside engine steps, on the path a `vllm bench serve` client times:
     # the API server parsing the request and handing it to the engine process, tokenizing the
     # prompt, and detokenizing and streaming the first chunk back. None = unknown (charged 0).
@@ -81,6 +85,7 @@ class EngineStyle:
     front_end: FrontEnd = FrontEnd()
     mix_prefill_decode: bool = True
     schedules_ahead: bool = False
+    prefill_emits_first_token: bool = False
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -124,5 +129,6 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
             ),
             f.mix_prefill_decode,
             f.schedules_ahead,
+            f.prefill_emits_first_token,
         )
     return styles

@@ -126,7 +126,8 @@ class _Worker(_Strict):
     moe_routing: MoeRouting = MoeRouting()
     precision: Precision = Precision()
     scheduler: Scheduler = Scheduler()
-    engine: Literal["vllm", "sglang", "trtllm"] = "vllm"  # software style: overhead defaults
+    # software style (engines/engine_styles.yaml): host overheads, scheduling, front end
+    engine: Literal["vllm", "sglang", "trtllm", "vllm-0.2", "distserve"] = "vllm"
     overhead: Overhead | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # the engine's context window (vLLM --max-model-len); None: the model's

@@ -7,8 +7,11 @@ receiving replica's link, so concurrent transfers share them. On arrival the req
 the decode replica's queue for KV blocks, then joins its batch with all but the last prompt
 token cached: like vLLM's P/D connectors, the decode side recomputes that token to sample the
 first output token, so TTFT = prefill queue + prefill + exposed transfer + decode queue + the
-first decode step. (Layer-wise streaming: the part of a transfer hidden under the prefill is
-taken to use the link while the prefill runs; only the exposed remainder holds it.)
+first decode step. An engine style whose prefill replica emits the first token (DistServe)
+ends TTFT with the prefill instead: the decode side then makes the other outputs, its first
+step processing the first token to sample the second. (Layer-wise streaming: the part of a
+transfer hidden under the prefill is taken to use the link while the prefill runs; only the
+exposed remainder holds it.)
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ class DisaggregatedPools:
         self.spec = {"prefill": prefill, "decode": decode}
         self.output_tokens = output_tokens
         self.on_finish = on_finish
+        self.prefill_emits_first = prefill.style.prefill_emits_first_token
+        self.first_gaps_s: list[float] = []  # first to second token across pools (for ITL)
         n = len(output_tokens)
         nan = np.full(n, math.nan)
         self.prefill_scheduled_s = nan.copy()
@@ -115,6 +120,9 @@ class DisaggregatedPools:
         self.prefill_scheduled_s[i] = r.scheduled_s
         self.prefill_end_s[i] = self.env.now
         self.prefill_preemptions[i] = r.preemptions
+        if self.prefill_emits_first and self.output_tokens[i] == 1:
+            self.on_finish(r)  # its only output came with the prefill: nothing to move
+            return
         target = self.route(self.decode, i)
         assert isinstance(target, Replica)
         target.assigned += 1  # counted now, so routers see transfers in flight
@@ -134,8 +142,11 @@ class DisaggregatedPools:
         self.link_wait_s[i] = waited
         self.transfer_s[i] = env.now - start
         self.decode_arrival_s[i] = env.now
-        d = Request(i, r.arrival_s, r.input_tokens, int(self.output_tokens[i]), r.priority)
-        d.computed = r.input_tokens - 1  # the decode side recomputes the last prompt token
+        outputs = int(self.output_tokens[i]) - (1 if self.prefill_emits_first else 0)
+        d = Request(i, r.arrival_s, r.input_tokens, outputs, r.priority)
+        # The decode side recomputes the last prompt token to sample; when the prefill already
+        # emitted the first output, that same one-token step processes it to sample the second.
+        d.computed = r.input_tokens - 1
         dst.submit(d, routed=True)
 
     def _decoded(self, r: Request) -> None:
@@ -143,6 +154,13 @@ class DisaggregatedPools:
         self.decode_scheduled_s[i] = r.scheduled_s
         r.scheduled_s = self.prefill_scheduled_s[i]  # the result's queue_s is the prefill queue
         r.preemptions += int(self.prefill_preemptions[i])
+        if self.prefill_emits_first:
+            # The decode side's first sample is the request's second token.
+            r.resume_tokens_s = [r.first_token_s, *(r.resume_tokens_s or [])]
+            self.first_gaps_s.append(r.first_token_s - float(self.prefill_end_s[i]))
+            r.first_token_s = float(self.prefill_end_s[i])
+            r.output_tokens += 1
+            r.generated += 1
         self.on_finish(r)
 
     @property

@@ -288,10 +288,15 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     stable = all(s.stable for s in sides) and rate <= cap_total * (1 + 1e-9)
     dec = sides[-1]
     traffic = sides_in[-1][1]
-    # TTFT: queue + prefill (+ transfer and the first decode step when disaggregated).
+    # TTFT: queue + prefill (+ transfer and the first decode step when disaggregated, unless
+    # the prefill replica emits the first token itself).
     ttft_mean = ttft_p99 = 0.0
     queue_mean = 0.0
+    prefill_emits = engine.prefill_pool is not None and \
+        engine.prefill_pool.style.prefill_emits_first_token
     for side, (unit, traffic_s, count) in zip(sides, sides_in, strict=True):
+        if unit.decodes_first_token and prefill_emits:
+            continue
         if unit.decodes_first_token:
             link = engine.kv_link
             assert link is not None

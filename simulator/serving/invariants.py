@@ -90,6 +90,10 @@ class InvariantChecker:
         self.replicas: dict[int, Replica] = {}
         self.steps: dict[int, int] = {}
         self.sampled_rows = 0
+        # Disaggregated with the prefill emitting the first token: that token was sampled on a
+        # prefill replica, whose steps this checker does not see.
+        pre = engine.prefill_pool
+        self.first_sampled_elsewhere = pre is not None and pre.style.prefill_emits_first_token
         self.max_rate: dict[int, float] = {}  # per replica: max over steps of rows / floor
         self.last_now = -math.inf
         self._token_work: dict[int, tuple[float, float]] = {}
@@ -255,6 +259,8 @@ class InvariantChecker:
                         idx,
                     )
         tokens = int(done["output_tokens"].sum())
+        if self.first_sampled_elsewhere:
+            tokens -= done.size
         if tokens > self.sampled_rows:
             raise fail(
                 "sampled_tokens",

@@ -244,7 +244,8 @@ def run(
     return RunOutput(
         records,
         log,
-        [g for rep in everyone for g in rep.resume_gaps_s],
+        [g for rep in everyone for g in rep.resume_gaps_s]
+        + (pools.first_gaps_s if pools is not None else []),
         status,
         sum(rep.preemptions for rep in everyone),
         warnings=warnings,
