@@ -10,23 +10,17 @@ import pytest
 
 import simulator
 from simulator.engines.style import load_engine_styles
-from tests.test_disaggregation import LLAMA8B_KV_BYTES_PER_TOKEN, one_request
+from tests.test_disaggregation import LLAMA8B_KV_BYTES_PER_TOKEN, disagg, one_request
 from tests.test_serving import decode, make, prefill, step_timer
-
-NO_OVERHEAD = {"overhead": {"step_s": 0.0, "per_seq_s": 0.0}}
 
 
 def distserve(kv: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """make()'s single request (100 in / 3 out) on 1 prefill + 1 decode H100 of the
-    `distserve` style, host time per step set to zero."""
-    pool = {"engine": "distserve", **NO_OVERHEAD}
-    dep: dict[str, Any] = {
-        "kind": "disaggregated",
-        "prefill": dict(pool),
-        "decode": dict(pool),
-        "kv_transfer": kv or {},
-    }
-    return make(deployment=dep, **extra)
+    """disagg()'s single request (100 in / 3 out, 1 prefill + 1 decode H100, no host time)
+    with both pools of the `distserve` style."""
+    s = disagg(kv, **extra)
+    for pool in ("prefill", "decode"):
+        s["deployment"][pool]["engine"] = "distserve"
+    return s
 
 
 def test_the_shipped_distserve_style_emits_from_the_prefill() -> None:
