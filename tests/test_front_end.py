@@ -37,6 +37,7 @@ def _records() -> np.ndarray:
     r["finish_s"] = [1.1, 2.2]
     r["input_tokens"] = [1000, 3000]
     r["output_tokens"] = [11, 11]
+    r["front_end_s"] = [10e-3, 30e-3]  # 1000 and 3000 tokens x 10 us, before the engine
     return r
 
 
@@ -45,7 +46,7 @@ def test_client_ttft_adds_offset_and_keeps_tpot() -> None:
     w = np.zeros(0)
     plain = summarize(_records(), w, w, 1, None)
     client = summarize(_records(), w, w, 1, None, fe)
-    # Engine TTFTs 0.1 and 0.2 s; offsets 10 ms and 30 ms -> client 0.11 and 0.23 s.
+    # Engine TTFTs 0.1 and 0.2 s; front ends 10 ms and 30 ms -> client 0.11 and 0.23 s.
     assert np.isclose(client["ttft_s"]["mean"], (0.11 + 0.23) / 2)
     assert client["ttft_engine_s"] == plain["ttft_s"]
     # e2e carries the same offset, so TPOT = (e2e - ttft) / 10 is unchanged.

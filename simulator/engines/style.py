@@ -53,6 +53,9 @@ class _StyleFile(BaseModel):
     request_ingest_us: Annotated[float, Field(ge=0)] | None = None
     tokenize_per_input_token_us: Annotated[float, Field(ge=0)] | None = None
     first_chunk_emit_us: Annotated[float, Field(ge=0)] | None = None
+    # The front end is one process that ingests and tokenizes requests one at a time, so a
+    # burst of arrivals queues for it before reaching the engine (serving/front_end.py).
+    serial_front_end: bool = False
     source: str
 
 
@@ -86,6 +89,7 @@ class EngineStyle:
     mix_prefill_decode: bool = True
     schedules_ahead: bool = False
     prefill_emits_first_token: bool = False
+    serial_front_end: bool = False
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -130,5 +134,6 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
             f.mix_prefill_decode,
             f.schedules_ahead,
             f.prefill_emits_first_token,
+            f.serial_front_end,
         )
     return styles

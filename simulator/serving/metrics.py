@@ -43,6 +43,9 @@ RECORD_DTYPE = np.dtype(
         # replica's decode-step clock: Result.token_times(i).
         ("decode_first_step", "i8"),
         ("decode_last_step", "i8"),
+        # Client-side time before the engine had the request (front-end queue, ingest,
+        # tokenization; serving/front_end.py): the client sent it at arrival_s - front_end_s.
+        ("front_end_s", "f8"),
     ]
 )
 
@@ -83,6 +86,15 @@ def weighted_percentiles(values: FloatArray, weights: FloatArray) -> dict[str, f
     return out
 
 
+def client_offset_s(records: npt.NDArray[Any], front_end: FrontEnd | None) -> Any:
+    """What the client's TTFT and end-to-end latency add to the engine's, per request: the
+    time before the engine had it (front-end queue, ingest, tokenization: the records'
+    `front_end_s`) and the first chunk's emit. None: the engine's view (nothing added)."""
+    if front_end is None:
+        return 0.0
+    return records["front_end_s"] + front_end.first_chunk_s
+
+
 def summarize(
     records: npt.NDArray[Any],
     itl_values_s: FloatArray,
@@ -94,9 +106,9 @@ def summarize(
     """The result keys of DESIGN.md from per-request records and the ITL sample set.
 
     Records hold engine-side instants. TTFT and end-to-end latency are reported as the client
-    measures them (`vllm bench serve`): the engine style's front-end cost per request (ingest,
-    tokenization, first-chunk emit) is added to both, so TPOT is unchanged; the engine-side TTFT
-    is kept as `ttft_engine_s`."""
+    measures them (`vllm bench serve`): the front-end time per request (queue, ingest,
+    tokenization, first-chunk emit; `client_offset_s`) is added to both, so TPOT is unchanged;
+    the engine-side TTFT is kept as `ttft_engine_s`."""
     finished = (records["drop_reason"] == 0) & np.isfinite(records["finish_s"])
     # Usually every request finished: the records themselves, not a copy of them.
     done = records if finished.all() else records[finished]
@@ -110,7 +122,7 @@ def summarize(
     out_tokens = float(done["output_tokens"].sum())
     in_tokens = float(done["input_tokens"].sum())
     engine_ttft = done["first_token_s"] - done["arrival_s"]
-    offset = 0.0 if front_end is None else front_end.client_offset_s(done["input_tokens"])
+    offset = client_offset_s(done, front_end)
     ttft = engine_ttft + offset
     e2e = done["finish_s"] - done["arrival_s"] + offset
     queue = done["scheduled_s"] - done["arrival_s"]

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from simulator.engines.style import FrontEnd
 from simulator.serving.disaggregated import DisaggregatedPools
-from simulator.serving.metrics import SLOTargets, percentiles
+from simulator.serving.metrics import SLOTargets, client_offset_s, percentiles
 
 
 def _pct(values: npt.NDArray[np.float64]) -> dict[str, float | None]:
@@ -79,7 +79,7 @@ def pool_summary(
     prefill_busy = pools.busy_fraction(pools.prefill, end_s)
     slo = slo or SLOTargets()
     # TTFT as the client measures it (and the SLO is scored): plus the front-end cost.
-    offset = 0.0 if front_end is None else front_end.client_offset_s(records["input_tokens"])
+    offset = client_offset_s(records, front_end)
     ttft = np.where(done, records["first_token_s"] - arrival + offset, np.nan)
     multi = done & (records["output_tokens"] > 1)
     tpot = np.where(

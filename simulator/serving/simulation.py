@@ -17,6 +17,7 @@ from simulator.inputs.deployment import DisaggregatedDeployment
 from simulator.inputs.scenario import Scenario
 from simulator.serving.disaggregated import DisaggregatedPools
 from simulator.serving.engine_build import Engine, pool_spec
+from simulator.serving.front_end import FrontEndQueue
 from simulator.serving.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
 from simulator.serving.ranks_setup import (
     dense_dp_notes,
@@ -108,7 +109,12 @@ def run(
     # Finished requests' fields, appended in finishing order to typed arrays (a numpy record
     # write per field costs microseconds) and scattered into `records` a few thousand at a time.
     arrival_s = array("d", [math.nan]) * n
+    front_end_s = array("d", [0.0]) * n
     done = FinishedColumns(records)
+    style = engine.style
+    front = FrontEndQueue(
+        style.front_end, style.serial_front_end, scenario.workload.arrival.kind != "offline"
+    )
 
     def finish(r: Request) -> None:
         done.add(r)
@@ -153,10 +159,12 @@ def run(
         fits_ever = first.fits_ever_tokens
 
     def send(i: int) -> bool:
-        """Route request i now; False if it was dropped on arrival."""
-        arrival_s[i] = env.now
+        """Send request i now: through the front end, then routed to a replica; False if it
+        was dropped on arrival."""
         inp, out = int(stream.input_tokens[i]), int(stream.output_tokens[i])
-        r = make_request(i, env.now, inp, out, int(stream.priority[i]))
+        ready = front.ready_s(env.now, inp)
+        front_end_s[i] = front.client_side_s(env.now, ready, inp)
+        arrival_s[i] = ready  # when the engine has it; records hold engine-side instants
         reason = 0
         if inp + out > max_context:
             reason = DROP_CONTEXT
@@ -170,13 +178,21 @@ def run(
             if state["ended"] == n and not stop.triggered:
                 stop.succeed("completed")
             return False
+        if ready > env.now:
+            env.timeout(ready - env.now).callbacks.append(lambda _e: deliver(i, inp, out))
+        else:
+            deliver(i, inp, out)
+        return True
+
+    def deliver(i: int, inp: int, out: int) -> None:
+        """Hand request i, past the front end, to the replica the router picks."""
+        r = make_request(i, env.now, inp, out, int(stream.priority[i]))
         target = route(replicas, i)
         assert isinstance(target, Replica)
         target.submit(r)
         cap = limits.max_waiting_requests
         if cap is not None and target.waiting_count > cap and not stop.triggered:
             stop.succeed("queue_limit")
-        return True
 
     def send_next() -> None:
         """Closed loop: keep one more request in flight (skipping any dropped on arrival)."""
@@ -229,6 +245,7 @@ def run(
         except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
             raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
     records["arrival_s"] = np.frombuffer(arrival_s, dtype=np.float64)
+    records["front_end_s"] = np.frombuffer(front_end_s, dtype=np.float64)
     done.scatter()
     warnings: list[str] = [] if pools is not None else warnings_pre
     batch_cap = sum(rep.max_num_seqs for rep in replicas)

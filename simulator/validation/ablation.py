@@ -2,11 +2,11 @@
 every cause's model on, and with one cause switched off at a time.
 
 Each switch goes through the code path the model itself uses, not a copy of it: the engine
-style's fields (front end, prefill/decode mixing, scheduling lookahead), the scheduler's poll
-interval, the precision block's attention override, and the hardware profile's kernel-class
-blocks (absent, the cost model falls back to its flat fractions). Only rows scored through a
-plain simulation take part (TTFT, TPOT, throughput); ratio and speculative rows have their own
-paths.
+style's fields (front end and its serial queue, prefill/decode mixing, scheduling lookahead),
+the scheduler's poll interval, the precision block's attention override, and the hardware
+profile's kernel-class blocks (absent, the cost model falls back to its flat fractions). Only
+rows scored through a plain simulation take part (TTFT, TPOT, throughput); ratio and
+speculative rows have their own paths.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ def _no_front_end(e: Engine) -> Engine:
     return replace(e, style=replace(e.style, front_end=FrontEnd()))
 
 
+def _parallel_front_end(e: Engine) -> Engine:
+    return replace(e, style=replace(e.style, serial_front_end=False))
+
+
 def _always_mix(e: Engine) -> Engine:
     return replace(
         e,
@@ -78,6 +82,9 @@ def _attention_at_weight_format(s: dict[str, Any]) -> dict[str, Any]:
 CAUSES: tuple[Cause, ...] = (
     Cause("1", "client-side TTFT costs", "front end charged 0 (TTFT as the engine sees it)",
           engine=_each_pool(_no_front_end)),
+    Cause("1b", "serial front end (one tokenizer process)",
+          "requests tokenized in parallel (serial_front_end: false)",
+          engine=_each_pool(_parallel_front_end)),
     Cause("2a", "per-style prefill/decode mixing",
           "every style mixes prefill chunks into decode steps",
           engine=_each_pool(_always_mix)),

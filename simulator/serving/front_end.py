@@ -1,0 +1,46 @@
+"""When a served request reaches the engine: after the API front end has parsed and tokenized
+it, one request at a time where the engine's front end is a single process.
+
+A client's request first passes the API server (HTTP parse, hand-off, prompt tokenization:
+`FrontEnd.ingest_s + per_input_token_s x input tokens`). Where the style says the front end is
+serial (SGLang's one TokenizerManager process), requests that arrive together queue for it, so
+the k-th of a burst reaches the engine after k services. Offline runs (an offline benchmark
+hands the engine tokenized prompts) keep the front-end cost out of the engine's timeline and
+only add it to the client-side TTFT, as before.
+
+Timeline, service time d_i, arrivals t_i, serial front end:
+    ready_i = max(t_i, ready_{i-1}) + d_i;  front_end_s_i = ready_i - t_i
+Parallel front end: ready_i = t_i + d_i.
+"""
+
+from __future__ import annotations
+
+from simulator.engines.style import FrontEnd
+
+
+class FrontEndQueue:
+    """The API front end of one deployment: when each request is handed to the engine."""
+
+    def __init__(self, front_end: FrontEnd, serial: bool, served: bool) -> None:
+        self.front_end = front_end
+        self.serial = serial
+        self.served = served  # False: offline, the engine gets every prompt tokenized at once
+        self.free_s = 0.0  # when the serial front end finishes its current request
+
+    def service_s(self, input_tokens: int) -> float:
+        return self.front_end.ingest_s + self.front_end.per_input_token_s * input_tokens
+
+    def ready_s(self, now_s: float, input_tokens: int) -> float:
+        """When a request sent at `now_s` reaches the engine."""
+        if not self.served:
+            return now_s
+        begin = max(now_s, self.free_s) if self.serial else now_s
+        ready = begin + self.service_s(input_tokens)
+        if self.serial:
+            self.free_s = ready
+        return ready
+
+    def client_side_s(self, now_s: float, ready_s: float, input_tokens: int) -> float:
+        """Client-side time before the engine has the request (queue, ingest, tokenization):
+        charged after the fact for offline runs, whose engine timeline leaves it out."""
+        return ready_s - now_s if self.served else self.service_s(input_tokens)
