@@ -129,6 +129,11 @@ def approx(x: float) -> Any:
     return pytest.approx(x, rel=1e-12, abs=0.0)
 
 
+# A served request reaches the engine after its tokenization, 10 us per prompt token in every
+# shipped style (engine_styles.yaml; serving/front_end.py): 100 tokens sent at 0 arrive at 1 ms.
+TOKENIZE_S = 10e-6
+
+
 class Recorder:
     """A check hook that audits KV block accounting every step and remembers every request.
 
@@ -230,9 +235,10 @@ def test_timeline_a_then_b_at_2s_chunked(tmp_path: Path, a_out: int) -> None:
     """
     sc = make(**trace_workload(tmp_path, [(0.0, 100, a_out), (2.0, 200, 3)]))
     T = step_timer(sc)
-    t = T(prefill(100))
+    b_in = 2.0 + 200 * TOKENIZE_S  # b reaches the engine once tokenized
+    t = 100 * TOKENIZE_S + T(prefill(100))
     a_first, a_gen, a_ctx = t, 1, 100
-    while a_gen < a_out and t < 2.0:
+    while a_gen < a_out and t < b_in:
         t += T(decode(1, a_ctx))
         a_ctx += 1
         a_gen += 1
@@ -259,14 +265,14 @@ def test_timeline_a_then_b_at_2s_chunked(tmp_path: Path, a_out: int) -> None:
     else:
         a_finish = t
         assert a_finish < 2.0
-        b_sched = 2.0
-        b_first = 2.0 + T(prefill(200))
+        b_sched = b_in
+        b_first = b_in + T(prefill(200))
         b_finish = b_first + T(decode(1, 200)) + T(decode(1, 201))
     res = simulator.simulate(sc)
     a, b = res.requests
     assert a["first_token_s"] == approx(a_first)
     assert a["finish_s"] == approx(a_finish)
-    assert b["arrival_s"] == 2.0
+    assert b["arrival_s"] == approx(b_in)
     assert b["scheduled_s"] == approx(b_sched)
     assert b["first_token_s"] == approx(b_first)
     assert b["finish_s"] == approx(b_finish)
@@ -306,9 +312,9 @@ def test_timeline_no_chunked_prefill_stalls_decodes(tmp_path: Path) -> None:
         **trace_workload(tmp_path, [(0.0, 100, 1000), (2.0, 2000, 3)]),
     )
     T = step_timer(sc)
-    t = T(prefill(100))
+    t = 100 * TOKENIZE_S + T(prefill(100))  # a reaches the engine once tokenized
     a_gen, a_ctx = 1, 100
-    while t < 2.0:
+    while t < 2.0 + 2000 * TOKENIZE_S:  # until b, tokenized, reaches it
         t += T(decode(1, a_ctx))
         a_ctx, a_gen = a_ctx + 1, a_gen + 1
     t += T(decode(1, a_ctx))  # planned ahead while the step in flight at t=2 ran
@@ -433,14 +439,16 @@ def test_closed_loop_never_exceeds_concurrency(concurrency: int) -> None:
         "seed": 7,
     })
     r = simulator.simulate(sc).requests
-    start, end = r["arrival_s"], r["finish_s"]
+    start, end = r["arrival_s"] - r["front_end_s"], r["finish_s"]  # the client's send times
     assert np.all(np.isfinite(start)) and np.all(np.isfinite(end))
     # in flight at instant t: arrival <= t < finish; the maximum is reached at an arrival
     in_flight = [int(np.count_nonzero((start <= t) & (t < end))) for t in start]
     assert max(in_flight) == concurrency
     # a new request is sent exactly when one finishes
     later = np.sort(start)[concurrency:]
-    assert np.all(np.isin(later, end))
+    assert all(np.isclose(end, t, rtol=0, atol=1e-12).any() for t in later)
+    # the engine has each one after its tokenization: prompt x 10 us later (no queue in vLLM)
+    assert r["front_end_s"] == pytest.approx(r["input_tokens"] * TOKENIZE_S, abs=1e-12)
 
 
 # ------------------------------------------------------- 4./5. KV capacity, preemption
@@ -856,9 +864,9 @@ def test_timeline_sglang_runs_prefill_apart_from_decode(tmp_path: Path) -> None:
         **trace_workload(tmp_path, [(0.0, 100, 1000), (2.0, 2000, 3)]),
     )
     T = step_timer(sc)
-    t = T(prefill(100))
+    t = 100 * TOKENIZE_S + T(prefill(100))  # a reaches the engine once tokenized
     a_gen, a_ctx = 1, 100
-    while t < 2.0:
+    while t < 2.0 + 2000 * TOKENIZE_S:  # until b, tokenized, reaches it
         t += T(decode(1, a_ctx))
         a_ctx, a_gen = a_ctx + 1, a_gen + 1
     t += T(decode(1, a_ctx))  # the overlap scheduler planned this one before b arrived
