@@ -16,7 +16,7 @@ from simulator.cli.app import main
 from simulator.sweep import run_sweep
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, frontier_rows
 from simulator.sweep.recommend import slo_failures, slo_from_scenario
-from simulator.sweep.screen import Band, plan_screen, point_class
+from simulator.sweep.screen import Band, band_classes, plan_screen, point_class
 from simulator.sweep.store import make_record
 from simulator.sweep.table import read_csv
 
@@ -134,6 +134,35 @@ def test_point_classes() -> None:
     assert point_class(short, stable=False) == "aggregated/open/overloaded/short"
     assert point_class({"deployment": {"pipeline_parallel": 2},
                         "workload": {"arrival": {"kind": "closed_loop"}}}) == "pipeline/closed"
+
+
+def test_load_buckets() -> None:
+    """A stable open-loop run of 500+ requests is judged by its load bucket's band first (offered
+    rate / capacity: light < 0.5 <= moderate < 0.8 <= knee), then by its class's band; an
+    overloaded, short, closed-loop or unknown-load point by its class's band alone."""
+    assert band_classes(AGG, True, 0.3) == ["aggregated/open/light", "aggregated/open"]
+    assert band_classes(AGG, True, 0.5) == ["aggregated/open/moderate", "aggregated/open"]
+    assert band_classes(AGG, True, 0.95) == ["aggregated/open/knee", "aggregated/open"]
+    assert band_classes(AGG, False, 1.5) == ["aggregated/open/overloaded"]
+    assert band_classes(AGG, True, None) == ["aggregated/open"]
+    short = {**AGG, "workload": {"arrival": {"kind": "poisson"}, "num_requests": 60}}
+    assert band_classes(short, True, 0.3) == ["aggregated/open/short"]
+    closed = {"workload": {"arrival": {"kind": "closed_loop"}}}
+    assert band_classes(closed, True, 0.3) == ["aggregated/closed"]
+
+
+def test_a_narrower_bucket_band_drops_more() -> None:
+    """Class band ±10 %: B (100, 100) is at worst (90, 90), A (85, 85) at best (93.5, 93.5):
+    kept. With light-load bands ±2 % B is at worst (98, 98) and A at best (86.7, 86.7): dropped.
+    U (95, 95) of unknown load is judged by the class band, at best (104.5, 104.5): kept (its
+    light-load best, 96.9, would have lost)."""
+    light = {"aggregated/open/light": {c: Band(0.98, 1.02) for c in BANDS["aggregated/open"]}}
+    ests = {"B": _est("B", 100, 100, load=0.3), "A": _est("A", 85, 85, load=0.3),
+            "U": _est("U", 95, 95)}
+    pts = [(k, AGG) for k in ests]
+    assert plan_screen(pts, ests, DEFAULT_X, DEFAULT_Y, {}, BANDS).dropped == {}
+    plan = plan_screen(pts, ests, DEFAULT_X, DEFAULT_Y, {}, {**BANDS, **light})
+    assert set(plan.dropped) == {"A"}
 
 
 def test_resume_without_the_screen_runs_the_screened_points(tmp_path: Path) -> None:

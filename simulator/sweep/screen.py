@@ -77,6 +77,36 @@ def point_class(scenario: Mapping[str, Any], stable: bool = True) -> str:
             + ("/short" if n < SHORT_RUN else ""))
 
 
+# Open-loop load buckets (offered rate / the estimate's capacity, stable runs of SHORT_RUN
+# requests or more): below the knee the fluid model is within a few percent of the simulation
+# (the batch hardly queues), so a bucket's band is far narrower than the whole class's.
+LOAD_BUCKETS = ((0.5, "light"), (0.8, "moderate"), (1.0 + 1e-9, "knee"))
+
+
+def band_classes(scenario: Mapping[str, Any], stable: bool = True,
+                 load: float | None = None) -> list[str]:
+    """The classes whose band may judge a point, most specific first: the class with its load
+    bucket (when the load is known and the run is open-loop, stable and not short) and
+    `/fixed` when all requests are alike, the bucket alone, then the class itself, whose band
+    covers every load and workload."""
+    cls = point_class(scenario, stable)
+    if load is None or not stable or not cls.endswith("/open") or not math.isfinite(load):
+        return [cls]
+    for top, name in LOAD_BUCKETS:
+        if load < top:
+            bucket = f"{cls}/{name}"
+            return [f"{bucket}/fixed", bucket, cls] if fixed_lengths(scenario) else [bucket, cls]
+    return [cls]
+
+
+def fixed_lengths(scenario: Mapping[str, Any]) -> bool:
+    """Every request has the same prompt and output length: the fluid model's mean request is
+    every request, so the estimate misses no spread of lengths."""
+    w = scenario.get("workload") or {}
+    specs = [w.get(k) for k in ("input_tokens", "output_tokens")]
+    return all(isinstance(s, Mapping) and s and s.get("kind", "fixed") == "fixed" for s in specs)
+
+
 @functools.lru_cache(maxsize=4)
 def load_bands(path: Path = BANDS_PATH) -> dict[str, dict[str, Band]]:
     """class -> metric column -> band."""
@@ -127,7 +157,10 @@ def estimate_point(task: Task) -> Record:
         return make_record(task.key, task.values, "estimate_failed",
                            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     values = {col: float(getattr(est, field)) for col, field in PREDICTED.items()}
-    result = {"estimate": values, "refused": est.requests_refused, "stable": est.stable}
+    # Stable: the run serves what it is offered, so rate / capacity is the offered load.
+    load = est.rate_per_s / est.capacity_per_s if est.capacity_per_s > 0 else None
+    result = {"estimate": values, "refused": est.requests_refused, "stable": est.stable,
+              "load": load}
     return make_record(task.key, task.values, "estimated", result=result)
 
 
@@ -148,6 +181,26 @@ def _signed(value: float, band: Band, maximize: bool) -> tuple[float, float]:
     if maximize:
         return min(a, b), max(a, b)
     return -max(a, b), -min(a, b)
+
+
+# Tail metrics: their error grows with queueing near the knee in ways one load bucket's sample
+# does not bound (TTFT p99 up to 8x the estimate at 0.8-1.0 of capacity, twice what the
+# bucket's sample saw), so they are judged by the class's band over every load.
+TAIL_METRICS = frozenset({"ttft_s.p99", "tpot_s.p99"})
+
+
+def _judging_bands(bands: Mapping[str, Mapping[str, Band]], classes: Sequence[str],
+                   needed: Sequence[str]) -> dict[str, Band] | None:
+    """Metric -> the band that judges it: the most specific of `classes` with a band for it
+    (a tail metric: the last, widest class only); None when a needed metric has no band."""
+    out: dict[str, Band] = {}
+    for metric in needed:
+        pool = classes[-1:] if metric in TAIL_METRICS else classes
+        band = next((bands[c][metric] for c in pool if metric in bands.get(c, {})), None)
+        if band is None:
+            return None
+        out[metric] = band
+    return out
 
 
 def plan_screen(points: Sequence[tuple[str, Mapping[str, Any]]], estimates: Mapping[str, Record],
@@ -174,8 +227,10 @@ def plan_screen(points: Sequence[tuple[str, Mapping[str, Any]]], estimates: Mapp
         estimated += 1
         if res.get("refused"):
             continue  # the run drops requests: its metrics cover the rest only
-        cls_bands = bands.get(point_class(scenario, bool(res.get("stable", True))))
-        if cls_bands is None or any(c not in cls_bands for c in (x.column, y.column, *targets)):
+        cls_bands = _judging_bands(bands, band_classes(
+            scenario, bool(res.get("stable", True)), res.get("load")), (x.column, y.column,
+                                                                         *targets))
+        if cls_bands is None:
             unbanded += 1
             continue
         est = res["estimate"]
