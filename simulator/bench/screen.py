@@ -162,27 +162,39 @@ def run_screen_bench(points: int, num_requests: int, workers: int,
            f"(llama-3.1-8b on H100, TP × max_num_seqs × format × Poisson rate) on {workers} "
            f"worker process(es); machine: {machine()}")
     with tempfile.TemporaryDirectory(prefix="frontier-bench-screen-") as tmp:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         screened = run_sweep(spec, Path(tmp) / "screen", workers=workers, screen=True,
                              screen_only=screen_only)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
     n_out = sum(screened.screened.values())
     share = n_out / max(1, screened.runnable)
     yield (f"screen: {screened.runnable:,} points estimated in {screened.screen_s:.1f} s "
            f"({screened.runnable / max(screened.screen_s, 1e-9):,.0f} points/s); {n_out:,} "
-           f"screened out ({share:.1%}), {screened.ran:,} simulated; {wall:.1f} s wall in all")
+           f"screened out ({share:.1%}), {screened.ran:,} simulated; {wall:.1f} s wall, "
+           f"{cpu:.1f} s CPU in all")
     for reason, n in screened.screened.most_common():
         yield f"  {n:,} {reason}"
     if screen_only:
         return
     with tempfile.TemporaryDirectory(prefix="frontier-bench-screen-") as tmp:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _cpu_s()
         full = run_sweep(spec, Path(tmp) / "full", workers=workers)
-        wall_full = time.perf_counter() - t0
+        wall_full, cpu_full = time.perf_counter() - t0, _cpu_s() - c0
     same = [r["point_id"] for r in full.frontier] == [r["point_id"] for r in screened.frontier]
-    yield (f"without the screen: {full.ran:,} points simulated in {wall_full:.1f} s; speed-up "
-           f"x{wall_full / wall:.2f}; frontier {'identical' if same else 'DIFFERENT'} "
+    yield (f"without the screen: {full.ran:,} points simulated in {wall_full:.1f} s wall, "
+           f"{cpu_full:.1f} s CPU; speed-up x{wall_full / wall:.2f} wall, "
+           f"x{cpu_full / max(cpu, 1e-9):.2f} CPU (CPU carries over a shared machine's load "
+           f"swings); frontier {'identical' if same else 'DIFFERENT'} "
            f"({len(full.frontier)} points)")
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished worker processes."""
+    import resource
+
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,
+                                                  resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 if __name__ == "__main__":
