@@ -12,6 +12,10 @@ through its own `StepModel`, by method:
 - dflash, dspark: one parallel pass over the k-token block of a small drafter (its shape is
   not in our references: one target-shaped layer unless `draft_model` names its config);
 - ngram: prompt lookup on the host, no GPU work.
+
+Tree drafting (EAGLE-2/3, `tree_tokens` and `tree_top_k`): the target verifies the whole tree,
+`tree_tokens` positions per sequence under a tree attention mask, and each sequential draft
+pass after the first runs `tree_top_k` tokens per sequence (the nodes expanded at that depth).
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ class SpeculativeStepModel:
     method: str
     drafter: StepModel | None  # None: n-gram drafting (no GPU work)
     block_tokens: int = 0  # dflash/dspark: the block drafted in one pass (0: the verified k)
+    tree_tokens: int = 0  # tree drafting: positions verified per sequence (0: a k-token chain)
+    tree_top_k: int = 1  # tree drafting: tokens per sequence in each draft pass after the first
     _draft_cache: dict[tuple[int, int, int], float] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -98,8 +104,21 @@ class SpeculativeStepModel:
             block = self.block_tokens or k
             return [BatchShape(decode_seqs=n, decode_context_tokens=ctx,
                                speculative_tokens_per_seq=block - 1)]
-        # Sequential: pass j drafts token j, one position further along each context.
-        return [BatchShape(decode_seqs=n, decode_context_tokens=ctx + j * n) for j in range(k)]
+        # Sequential: pass j drafts token j, one position further along each context; in a
+        # tree every pass after the first expands top_k tokens per sequence.
+        wide = self.tree_top_k - 1 if self.tree_tokens else 0
+        return [
+            BatchShape(decode_seqs=n, decode_context_tokens=ctx + j * n,
+                       speculative_tokens_per_seq=wide if j else 0)
+            for j in range(k)
+        ]
+
+    def verify_shape(self, b: BatchShape) -> BatchShape:
+        """The target's verify pass of `b`: its k + 1 chain positions per sequence, or the
+        whole tree's `tree_tokens`."""
+        if not self.tree_tokens or b.speculative_tokens_per_seq == 0 or b.decode_seqs == 0:
+            return b
+        return dataclasses.replace(b, speculative_tokens_per_seq=self.tree_tokens - 1)
 
     def draft_s(self, b: BatchShape) -> float:
         """GPU seconds of the drafter's passes for `b` (memoized by decoders, k and context)."""
@@ -114,12 +133,16 @@ class SpeculativeStepModel:
                 self._draft_cache[key] = t
         return t
 
+    def verify_s(self, b: BatchShape) -> float:
+        """GPU seconds of the target's verify pass for `b`."""
+        return self.target.time_s(self.verify_shape(b))
+
     def time_s(self, b: BatchShape) -> float:
-        return self.target.time_s(b) + self.draft_s(b)
+        return self.verify_s(b) + self.draft_s(b)
 
     def cost(self, b: BatchShape) -> StepCost:
         """The target's verify rows, then the drafter's rows prefixed `draft_`."""
-        verify = self.target.cost(b)
+        verify = self.target.cost(self.verify_shape(b))
         if self.drafter is None:
             return verify
         rows: list[OpCost] = list(verify.ops)
@@ -155,7 +178,7 @@ def make_drafter(
 
 def verify_and_draft_s(model: SpeculativeStepModel, b: BatchShape) -> tuple[float, float]:
     """(verify, draft) GPU seconds of one step: the split `frontier simulate` reports."""
-    return model.target.time_s(b), model.draft_s(b)
+    return model.verify_s(b), model.draft_s(b)
 
 
 def crossover_batch(

@@ -93,5 +93,5 @@ def explain_speculative(
                             CROSSOVER_SEARCH_MAX_BATCH)
     return SpeculativeExplanation(
         method, k, acceptance_length, n, context_tokens, model.draft_s(spec),
-        model.target.time_s(spec), target.time_s(plain), cross,
+        model.verify_s(spec), target.time_s(plain), cross,
     )

@@ -85,6 +85,12 @@ class SpeculativeConfig(_Strict):
     preset: str | None = None
     draft_model: str | None = None  # catalog name or config.json path (method draft_model)
     policy: Literal["always", "auto"] = "always"
+    # Tree drafting (EAGLE-2/3's dynamic tree): the target verifies `tree_tokens` positions per
+    # sequence (the tree's draft tokens + 1, EAGLE's total_token) instead of a k-token chain's
+    # k + 1, and each draft pass after the first expands `tree_top_k` tokens per sequence; k
+    # stays the tree's depth (the longest path acceptance can take). Absent: a chain.
+    tree_tokens: Annotated[int, Field(ge=2, le=1024)] | None = None
+    tree_top_k: Annotated[int, Field(ge=1, le=64)] | None = None
 
     @field_validator("acceptance_length")
     @classmethod
@@ -134,12 +140,38 @@ class SpeculativeConfig(_Strict):
                 "give exactly one of acceptance_length, acceptance_rate or preset "
                 f"(got {', '.join(given) if given else 'none'})"
             )
+        self._check_tree()
         if (self.method == "draft_model") != (self.draft_model is not None):
             raise _invalid(
                 "draft_model (a catalog name or config.json path) is required with method "
                 "draft_model and only with it"
             )
         return self
+
+
+    def _check_tree(self) -> None:
+        t, top_k, k = self.tree_tokens, self.tree_top_k, self.num_speculative_tokens
+        if t is None and top_k is None:
+            return
+        if t is None or top_k is None:
+            raise _invalid("tree drafting needs both tree_tokens and tree_top_k (or neither)")
+        if self.method not in ("draft_model", "eagle3", "mtp"):
+            raise _invalid(
+                f"tree_tokens: method {self.method} drafts no tree; trees come from the "
+                f"sequential drafters (draft_model, eagle3, mtp)"
+            )
+        # The tree holds a depth-k path (k + 1 positions with the root) and each of its k
+        # levels at most top_k tokens.
+        if not k + 1 <= t <= k * top_k + 1:
+            raise _invalid(
+                f"tree_tokens {t} must lie in [num_speculative_tokens + 1, "
+                f"num_speculative_tokens x tree_top_k + 1] = [{k + 1}, {k * top_k + 1}]"
+            )
+
+    @property
+    def verify_tokens(self) -> int:
+        """Positions the target verifies per sequence each step: the tree, or k + 1."""
+        return self.tree_tokens or self.num_speculative_tokens + 1
 
 
 def acceptance_length_of(rates: tuple[float, ...]) -> float:

@@ -167,7 +167,7 @@ class Scheduler(DecodeRuns):
             self._reserved_phase = self.step % cfg.block_size
         else:
             decode_seqs = 0  # a prefill-only step (chunked prefill off, or no mixing)
-        budget -= decode_seqs * (1 + self._drafts_per_seq(decode_seqs))  # verify feeds drafts
+        budget -= decode_seqs * self._verify_per_seq(decode_seqs)  # verify feeds drafts
         chunks: list[tuple[Request, int]] = []
         # Prompts already running continue with their next chunk.
         for r in list(self.prefilling):
@@ -190,9 +190,7 @@ class Scheduler(DecodeRuns):
         if decode_seqs and decode_seqs != self.num_decoding:
             # Preempting for a prefill chunk removed decoders after their blocks were counted.
             decode_seqs = self.num_decoding
-            budget = cfg.max_num_batched_tokens - decode_seqs * (
-                1 + self._drafts_per_seq(decode_seqs)
-            )
+            budget = cfg.max_num_batched_tokens - decode_seqs * self._verify_per_seq(decode_seqs)
             budget -= sum(c for _, c in chunks)
         # Admit waiting requests, unless this step had to preempt (vLLM v1 does the same).
         if not preempted:
@@ -270,6 +268,13 @@ class Scheduler(DecodeRuns):
         if self._spec is None or not decode_seqs:
             return 0
         return -(-int(self._spec.drafts[self.step]) // decode_seqs)
+
+    def _verify_per_seq(self, decode_seqs: int) -> int:
+        """Positions each decoder feeds the target this step: 1, its drafts + 1, or a tree."""
+        drafts = self._drafts_per_seq(decode_seqs)
+        if drafts and self.spec is not None and self.spec.tree_tokens:
+            return self.spec.tree_tokens
+        return 1 + drafts
 
     def commit(self, planned: PlannedStep, end_s: float) -> list[Request]:
         """Apply the step's results at `end_s`; return the requests that finished."""

@@ -95,6 +95,7 @@ class SpeculativeEngine:
             confidence_scheduled=self.config.method == "dspark",
             kind_rates=by_kind,
             request_kind=stream.kind,
+            tree_tokens=self.config.tree_tokens or 0,
         )
 
 
@@ -143,7 +144,10 @@ def build_speculative(
         cfg,
         kind or DEFAULT_KIND,
         rates,
-        SpeculativeStepModel(target, cfg.method, drafter, cfg.num_speculative_tokens),
+        SpeculativeStepModel(
+            target, cfg.method, drafter, cfg.num_speculative_tokens,
+            tree_tokens=cfg.tree_tokens or 0, tree_top_k=cfg.tree_top_k or 1,
+        ),
         draft_w,
         draft_kv,
         tokens,

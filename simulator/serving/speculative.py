@@ -53,6 +53,7 @@ class SpecDecoding:
     # code, by request index (-1: `rates`). None: every request draws from `rates`.
     kind_rates: tuple[tuple[float, ...], ...] | None = None
     request_kind: IntArray | None = None
+    tree_tokens: int = 0  # tree drafting: positions each decoder verifies (0: its k + 1)
 
     @property
     def mean_emitted(self) -> float:
