@@ -109,3 +109,29 @@ def test_bad_tree_is_one_line_and_exit_2(
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_token_budget_counts_the_tree_per_decoder() -> None:
+    from simulator.serving.steady_state import Traffic, Unit, batch_limit
+
+    def unit(tree: int) -> Unit:
+        return Unit(lambda *a: 0.01, max_seqs=1024, budget_tokens=8192, kv_tokens=10**9,
+                    mixes=False, chunked=True, tokens_per_step=4.0, verify_tokens=6,
+                    tree_tokens=tree)
+
+    traffic = Traffic(256, 513, 256, 513, 0.0, 0.0, 1.0, 512.0, 512.0)
+    # Prefill-only steps apart: decoders fit the budget alone. A chain feeds k + 1 = 7 tokens
+    # per decoder: 8192 / 7 = 1170.3 > max_num_seqs 1024; a 60-token tree 8192 / 60 = 136.5.
+    assert unit(0).fed_per_decoder == 7
+    assert batch_limit(unit(0), traffic) == (1024.0, "max_num_seqs")
+    limit, name = batch_limit(unit(60), traffic)
+    assert name == "token_budget"
+    assert limit == pytest.approx(8192 / 60)
+
+
+def test_estimate_notes_the_tree() -> None:
+    from simulator.api import estimate
+
+    out = estimate(scenario({**CHAIN, **TREE}, concurrency=4, requests=8, out_tokens=64))
+    notes = " ".join(out.to_dict().get("notes", []))
+    assert "a 60-token tree of depth 6" in notes

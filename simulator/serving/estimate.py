@@ -212,15 +212,17 @@ def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estim
                      "costed as one replica's even split")
     else:
         traffic = traffic_of(stream, reserve_full=engine.scheduler.reserve_full)
-        tau, k = 1.0, 0
+        tau, k, tree = 1.0, 0, 0
         model = engine.replica_model
         if engine.speculative is not None:
             tau = engine.speculative.expected_acceptance_length
             k = engine.speculative.config.num_speculative_tokens
+            tree = engine.speculative.config.tree_tokens or 0
+            shape = f"a {tree}-token tree of depth {k}" if tree else f"{k} drafts"
             notes.append(f"speculative: every decode step emits the mean acceptance length "
-                         f"{tau:.2f} tokens, verifying {k} drafts")
+                         f"{tau:.2f} tokens, verifying {shape}")
         unit, per = make_unit(model, engine.style, engine.scheduler, traffic.decode_context,
-                              tokens_per_step=tau, verify_tokens=k)
+                              tokens_per_step=tau, verify_tokens=k, tree_tokens=tree)
         count = dep.replicas * replicas_per_engine(dep, engine.arch) * per
         sides = [(unit, traffic, count)]
         lay = engine.step_model.layout

@@ -55,6 +55,12 @@ class Unit:
     # (serving/intake.py): 1 for a one-step lookahead, plus (n - 1) / 2 on average for a poll
     # every n steps.
     wait_steps: float = 0.0
+    tree_tokens: int = 0  # tree drafting: positions each decoder feeds the verify (0: k + 1)
+
+    @property
+    def fed_per_decoder(self) -> int:
+        """Budget tokens one decoder takes per step: 1, its k drafts + 1, or its tree."""
+        return self.tree_tokens or 1 + self.verify_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +112,10 @@ def batch_limit(unit: Unit, traffic: Traffic) -> tuple[float, str]:
     d = decode_steps(traffic, unit)
     if unit.mixes and d > 0:
         # Every step carries its share of prefill: B (1 + k) + B I / D <= budget.
-        limits["token_budget"] = unit.budget_tokens / (1 + unit.verify_tokens
+        limits["token_budget"] = unit.budget_tokens / (unit.fed_per_decoder
                                                        + traffic.input_mean / d)
     elif d > 0:
-        limits["token_budget"] = unit.budget_tokens / (1 + unit.verify_tokens)
+        limits["token_budget"] = unit.budget_tokens / unit.fed_per_decoder
     name = min(limits, key=lambda k: limits[k])
     return limits[name], name
 
@@ -137,7 +143,7 @@ def operating_point(unit: Unit, traffic: Traffic, batch: float) -> Operating:
         return Operating(batch, batch / (d * t0) if d > 0 else 0.0, t0, t0, 0.0,
                          batch / max(1.0, unit.max_seqs))
     if unit.mixes:
-        room = unit.budget_tokens - seen * (1 + unit.verify_tokens)
+        room = unit.budget_tokens - seen * unit.fed_per_decoder
         n, c = _prefill_chunks(i, room, unit.chunked)
         offset = c * (n - 1) / 2
         chunks = new * n  # chunks per step on this rank

@@ -64,6 +64,7 @@ def make_unit(
     *,
     tokens_per_step: float = 1.0,
     verify_tokens: int = 0,
+    tree_tokens: int = 0,
     decodes_first_token: bool = False,
     prefills_only: bool = False,
 ) -> tuple[Unit, int]:
@@ -88,5 +89,6 @@ def make_unit(
         ranks,
         # Pipeline micro-batch slots take requests at their own boundaries, without lookahead.
         (float(style.schedules_ahead) + (cfg.recv_interval_steps - 1) / 2) if slots == 1 else 0.0,
+        tree_tokens,
     )
     return unit, ranks * slots
