@@ -203,7 +203,8 @@ def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estim
         up, per_p = make_unit(pre.replica_model, pre.style, pre.scheduler,
                               t_pre.decode_context, prefills_only=True)
         ud, per_d = make_unit(engine.replica_model, engine.style, engine.scheduler,
-                              t_dec.decode_context, decodes_first_token=True)
+                              t_dec.decode_context, decodes_first_token=True,
+                              first_token_from_prefill=pre.style.prefill_emits_first_token)
         sides = [(up, t_pre, dep.prefill.replicas * per_p),
                  (ud, t_dec, dep.decode.replicas * per_d)]
         kind = "disaggregated: prefill pool as batched prefill-only steps, decode pool as " \
@@ -294,10 +295,12 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     # the prefill replica emits the first token itself).
     ttft_mean = ttft_p99 = 0.0
     queue_mean = 0.0
-    prefill_emits = engine.prefill_pool is not None and \
-        engine.prefill_pool.style.prefill_emits_first_token
+    after_first_s = 0.0  # the transfer, when it falls between the first and second token
     for side, (unit, traffic_s, count) in zip(sides, sides_in, strict=True):
-        if unit.decodes_first_token and prefill_emits:
+        if unit.first_token_from_prefill:
+            assert engine.kv_link is not None
+            after_first_s = engine.kv_link.exposed_s(round(traffic_s.input_mean),
+                                                     sides[0].op.prefill_s)
             continue
         if unit.decodes_first_token:
             link = engine.kv_link
@@ -354,7 +357,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     out_tok = traffic.output_mean
     served = min(rate, cap_total)
     tps = served * out_tok
-    e2e = drain_ttft + offset_mean + decode_steps(traffic, dec.unit) * dec.op.step_s
+    e2e = drain_ttft + offset_mean + after_first_s + decode_steps(traffic, dec.unit) * dec.op.step_s
     run_tps = _run_throughput(scenario, stream, served, out_tok, e2e, population)
     batch = dec.op.batch
     if population is not None and len(sides_in) == 1 and identical(traffic):

@@ -56,6 +56,9 @@ class Unit:
     # every n steps.
     wait_steps: float = 0.0
     tree_tokens: int = 0  # tree drafting: positions each decoder feeds the verify (0: k + 1)
+    # Disaggregated decode pool whose prefill pool emitted the first token (DistServe): it
+    # decodes the other outputs only, and adds nothing to TTFT.
+    first_token_from_prefill: bool = False
 
     @property
     def fed_per_decoder(self) -> int:
@@ -94,8 +97,9 @@ class Operating:
 
 def decode_steps(traffic: Traffic, unit: Unit) -> float:
     """D: steps a request decodes for (its first token comes from prefill unless it is a
-    disaggregated decode pool, which samples it in its first step)."""
-    tokens = traffic.output_mean if unit.decodes_first_token else traffic.output_mean - 1.0
+    disaggregated decode pool, which samples it in its first step, or whose prefill pool did)."""
+    samples_first = unit.decodes_first_token and not unit.first_token_from_prefill
+    tokens = traffic.output_mean if samples_first else traffic.output_mean - 1.0
     return max(tokens, 0.0) / unit.tokens_per_step
 
 

@@ -67,6 +67,7 @@ def make_unit(
     tree_tokens: int = 0,
     decodes_first_token: bool = False,
     prefills_only: bool = False,
+    first_token_from_prefill: bool = False,
 ) -> tuple[Unit, int]:
     """The unit of one scheduler of this engine, and how many units one replica holds."""
     target = model.target if isinstance(model, SpeculativeStepModel) else model
@@ -90,5 +91,6 @@ def make_unit(
         # Pipeline micro-batch slots take requests at their own boundaries, without lookahead.
         (float(style.schedules_ahead) + (cfg.recv_interval_steps - 1) / 2) if slots == 1 else 0.0,
         tree_tokens,
+        first_token_from_prefill,
     )
     return unit, ranks * slots
