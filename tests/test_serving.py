@@ -799,35 +799,6 @@ def test_waiting_queue_limit() -> None:
 
 
 @pytest.mark.parametrize("chunked", [True, False])
-def test_decode_runs_match_step_by_step(chunked: bool) -> None:
-    """Runs of unchanged decode batches are costed in one vectorized pass and one SimPy event;
-    with --check every step is its own event. Both must describe the same run: the same
-    requests finish with the same times up to float rounding of the summed durations."""
-    sc = {
-        "model": "llama-3.1-8b",
-        "hardware": {"gpu": "h100-sxm"},
-        "deployment": {"scheduler": {"chunked_prefill": chunked, "max_num_seqs": 32}},
-        "workload": {
-            "arrival": {"kind": "poisson", "rate_per_s": 1.5},
-            "input_tokens": {"kind": "uniform", "min": 50, "max": 3000},
-            "output_tokens": {"kind": "uniform", "min": 20, "max": 600},
-            "num_requests": 150,
-            "seed": 3,
-        },
-    }
-    fast = simulator.simulate(sc)
-    stepwise = simulator.simulate(sc, check=True)
-    for name in ("first_token_s", "finish_s", "scheduled_s"):
-        np.testing.assert_allclose(fast.requests[name], stepwise.requests[name], rtol=1e-9)
-    a, b = fast.to_dict(), stepwise.to_dict()
-    for key in ("output_tokens_per_s", "requests_completed", "duration_s"):
-        assert a[key] == pytest.approx(b[key], rel=1e-9)
-    for block in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
-        for q in ("mean", "p50", "p90", "p99"):
-            assert a[block][q] == pytest.approx(b[block][q], rel=1e-6), (block, q)
-
-
-@pytest.mark.parametrize("chunked", [True, False])
 def test_token_times_reconstruct_every_token(chunked: bool) -> None:
     """Each finished request's token times come back from the compact clock: exactly
     output_tokens of them, starting at its first token, ending at its finish, never going

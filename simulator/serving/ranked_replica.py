@@ -22,23 +22,20 @@ from simulator.cost.ranks import ranked_decode_run, ranked_step
 from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
-from simulator.serving.replica import MAX_DECODE_RUN, MIN_DECODE_RUN, Replica, StepLog, log_gaps
+from simulator.serving.replica import (
+    MAX_DECODE_RUN,
+    MIN_DECODE_RUN,
+    Replica,
+    StepLog,
+    delay_to,
+    log_gaps,
+)
 from simulator.serving.request import Request
 from simulator.serving.router import Router
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
 from simulator.serving.scheduler import Scheduler
 
 IDLE = BatchShape()
-
-
-def _delay_to(now: float, end: float) -> float:
-    """A delay that brings the clock from `now` to exactly `end` (SimPy adds it to now)."""
-    delay = end - now
-    while now + delay > end:
-        delay = math.nextafter(delay, -math.inf)
-    while now + delay < end:
-        delay = math.nextafter(delay, math.inf)
-    return delay
 
 
 class Rank:
@@ -213,7 +210,7 @@ class RankedReplica(Replica):
             steps = scheds[j].steps_within_blocks(steps)[0]
         if steps < 1:
             return
-        yield env.timeout(_delay_to(now, float(ends[steps - 1])))
+        yield env.timeout(delay_to(now, float(ends[steps - 1])))
         self._steps += steps
         dts, ends = dts[:steps], ends[:steps]
         for j in active:

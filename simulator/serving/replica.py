@@ -23,6 +23,16 @@ MAX_DECODE_RUN = 4096  # steps costed at once in a run of unchanged decode batch
 MIN_DECODE_RUN = 8  # below this, numpy's per-call cost outweighs the SimPy events it saves
 
 
+def delay_to(now: float, end: float) -> float:
+    """A delay that brings the clock from `now` to exactly `end` (SimPy adds it to now)."""
+    delay = end - now
+    while now + delay > end:
+        delay = math.nextafter(delay, -math.inf)
+    while now + delay < end:
+        delay = math.nextafter(delay, math.inf)
+    return delay
+
+
 class StepLog:
     """Per-step records kept compactly (typed arrays): the source of ITL and the time series."""
 
@@ -178,36 +188,42 @@ class Replica:
                 # A step that emits n tokens for a sequence gives one gap and n-1 zeros.
                 log.itl_s.append(0.0)
                 log.itl_weight.append(float(sched.last_emitted - decoded))
-            # A run of unchanged decode steps pays off only if the next event is far enough.
-            if (
+            # A run of unchanged decode steps pays off only if the next event is far enough;
+            # a run that ends with a finish may be followed by the next run at once.
+            while (
                 fast
                 and not self.intake
-                and env.peek() - end >= min_run * dt
+                and env.peek() - env.now >= min_run * dt
                 and sched.can_fast_forward()
             ):
-                yield from self._decode_run(dt)
+                dt = yield from self._decode_run(dt)
+                if dt <= 0.0:
+                    break
 
     def _decode_run(self, last_dt: float) -> Any:
-        """Run consecutive pure-decode steps as one SimPy timeout.
+        """Run consecutive pure-decode steps as one SimPy timeout, with exactly the floats,
+        records and event order that stepping one by one gives; return the run's last step
+        time (0.0: no run, or the run did not end with a finish, so the caller steps next).
 
         Valid while nothing changes the batch: no request finishes before the run's last step
         (the run may end with the first finish step, committed as a normal step), no block
-        shortage (stop before the decode set would run out), and no other event happens (stop
-        at the last step ending before the next scheduled event, so an arrival still lands
-        between the same two steps as it would step by step). Every step is still costed
-        (vectorized, the same arithmetic as StepModel.time_s) and logged.
+        shortage (stop before the decode set would run out), and no other event happens (the
+        run's last step ends strictly before the next scheduled event, so that event meets
+        the same state at the same time). Every step is costed (vectorized, the same
+        arithmetic as StepModel.time_s) and logged; clocks and totals are summed step by
+        step (numpy's accumulate is sequential), as the step-by-step loop adds them.
         """
         env, sched, log = self.env, self.sched, self.log
         now = env.now
         # Steps likely to fit before the next event, judged by the last step (they only grow).
         expected = (env.peek() - now) / last_dt if last_dt > 0 else math.inf
         if expected < MIN_DECODE_RUN:
-            return  # a short run is cheaper step by step than vectorized
+            return 0.0  # a short run is cheaper step by step than vectorized
         # The run may end with the step in which the next request finishes (committed below).
         to_finish = sched.steps_before_next_finish() + 1
         cap = min(to_finish, MAX_DECODE_RUN, int(min(expected, 1e9)) + 1)
         if cap < MIN_DECODE_RUN:
-            return
+            return 0.0
         n = sched.num_decoding
         assert isinstance(self.model, StepModel)  # speculative replicas never fast-forward
         offsets = np.arange(cap, dtype=np.float64)
@@ -215,20 +231,19 @@ class Replica:
         host_s = self.style.host_time_s(n)
         overlap = self.style.overlap_cpu_with_gpu
         dts = np.maximum(gpu_s, host_s) if overlap else gpu_s + host_s
-        ends = now + np.cumsum(dts)
-        steps = int(np.searchsorted(ends, env.peek(), side="right"))
+        ends = np.cumsum(np.concatenate(([now], dts)))[1:]
+        steps = int(np.searchsorted(ends, env.peek(), side="left"))
         # Cut the run before the decode set would run out of blocks (then preemption).
         steps, used = sched.steps_within_blocks(steps)
         if steps == 0:
-            return
-        elapsed = float(ends[steps - 1] - now)
-        yield env.timeout(elapsed)
+            return 0.0
+        yield env.timeout(delay_to(now, float(ends[steps - 1])))
         self._steps += steps
-        ends[steps - 1] = env.now  # the clock's own sum, so finish times match token times
         finishing = steps == to_finish
         sched.fast_forward(steps - 1 if finishing else steps, used)
-        self.busy_s += elapsed
         run = dts[:steps]
+        self.busy_s = float(np.cumsum(np.concatenate(([self.busy_s], run)))[-1])
+        self.gpu_s = float(np.cumsum(np.concatenate(([self.gpu_s], gpu_s[:steps])))[-1])
         self.decode_end_s.frombytes(ends[:steps].tobytes())
         first = 0
         if self._stalled:
@@ -236,11 +251,13 @@ class Replica:
             first = 1
         log.itl_s.frombytes(run[first:].tobytes())
         log.itl_weight.extend(array("d", (float(n),)) * (steps - first))
-        if finishing:
-            last = BatchShape(decode_seqs=n, decode_context_tokens=sched.decode_kv_sum)
-            for r in sched.commit(PlannedStep(last, [], n), env.now):
-                self.finished += 1
-                self.on_finish(r)
+        if not finishing:
+            return 0.0
+        last = BatchShape(decode_seqs=n, decode_context_tokens=sched.decode_kv_sum)
+        for r in sched.commit(PlannedStep(last, [], n), env.now):
+            self.finished += 1
+            self.on_finish(r)
+        return float(run[-1])
 
     def _log_gaps(self, decoded: int, dt: float) -> None:
         log_gaps(self.log, self.sched.num_decoding, self._stalled, decoded, dt)

@@ -1,0 +1,78 @@
+"""Runs of pure decode steps (serving/decode_runs.py, Replica._decode_run) are an
+optimization only: costed in one vectorized pass and committed as one SimPy event, they must
+give exactly the floats, records and event order of stepping one by one (what `--check` and
+`--timeseries` do). Each case compares both bit for bit, and checks that runs did happen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import simulator
+from simulator.serving.scheduler import Scheduler
+
+
+def _scenario(**over: Any) -> dict[str, Any]:
+    dep = over.pop("deployment", {})
+    work = {
+        "arrival": {"kind": "poisson", "rate_per_s": 1.5},
+        "input_tokens": {"kind": "uniform", "min": 50, "max": 3000},
+        "output_tokens": {"kind": "uniform", "min": 20, "max": 600},
+        "num_requests": 150,
+        "seed": 3,
+    }
+    work.update(over.pop("workload", {}))
+    return {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "gpus_per_node": 8},
+            "deployment": {"scheduler": {"max_num_seqs": 32}, **dep}, "workload": work, **over}
+
+
+CASES = {
+    "vllm chunked": _scenario(),
+    "vllm chunked prefill off": _scenario(deployment={"scheduler": {"chunked_prefill": False}}),
+    "sglang, prefill-only steps": _scenario(deployment={"engine": "sglang"}),
+    "sglang polling every 4 steps": _scenario(
+        deployment={"engine": "sglang", "scheduler": {"recv_interval_steps": 4}}),
+    "trtllm": _scenario(deployment={"engine": "trtllm"}),
+    # Two replicas routed by their outstanding tokens: the router reads a replica's state
+    # at each arrival, so it must see what it would see step by step.
+    "two replicas, least work": _scenario(
+        deployment={"replicas": 2, "router": "shortest_expected_latency"},
+        workload={"arrival": {"kind": "poisson", "rate_per_s": 6.0}}),
+    # A small KV cache: runs stop before the decode set runs out of blocks, preemptions follow.
+    "preemption": _scenario(
+        deployment={"gpu_memory_utilization": 0.25, "scheduler": {"max_num_seqs": 256}},
+        workload={"arrival": {"kind": "poisson", "rate_per_s": 20.0},
+                  "output_tokens": {"kind": "uniform", "min": 500, "max": 2000}}),
+    "closed loop": _scenario(
+        workload={"arrival": {"kind": "closed_loop", "concurrency": 6}}),
+    # The time limit stops the run while a replica is between two steps.
+    "time limit": _scenario(limits={"max_simulated_time_s": 30.0}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_decode_runs_are_exactly_the_step_by_step_run(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs: list[int] = []
+    forward = Scheduler.fast_forward
+
+    def counted(self: Scheduler, steps: int, blocks: int) -> None:
+        runs.append(steps)
+        forward(self, steps, blocks)
+
+    monkeypatch.setattr(Scheduler, "fast_forward", counted)
+    fast = simulator.simulate(CASES[case])
+    assert sum(runs) > 100, sum(runs)  # the runs did happen
+    runs.clear()
+    stepwise = simulator.simulate(CASES[case], check=True)
+    assert not runs
+    assert fast.to_dict() == stepwise.to_dict()
+    for name in fast.requests.dtype.names or ():
+        assert fast.requests[name].tobytes() == stepwise.requests[name].tobytes(), name
+    assert len(fast.decode_end_s) == len(stepwise.decode_end_s)
+    for a, b in zip(fast.decode_end_s, stepwise.decode_end_s, strict=True):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+    assert fast.token_history == stepwise.token_history
