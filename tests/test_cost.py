@@ -615,3 +615,26 @@ def test_one_chunk_batch_fields() -> None:
     assert BatchShape.one_chunk(100, 300, completes_prompt=False).prefill_sampled_seqs == 0
     empty_chunk = BatchShape.one_chunk(0, 300, 2, 10)
     assert empty_chunk == BatchShape(decode_seqs=2, decode_context_tokens=10)
+
+
+@pytest.mark.parametrize(
+    ("model", "layout"),
+    [
+        ("llama-3.1-8b", ParallelLayout()),
+        ("gpt-oss-120b", ParallelLayout(tensor_parallel=2)),  # sliding-window layers
+        ("qwen3-235b-a22b", ParallelLayout(tensor_parallel=8)),
+        ("deepseek-v3", ParallelLayout(tensor_parallel=8)),  # MLA
+    ],
+)
+def test_decode_step_times_float_by_float_are_the_vectorized_floats(
+    model: str, layout: ParallelLayout
+) -> None:
+    """The serving engine costs short decode runs float by float and long ones with numpy;
+    a run's clock must not depend on which: the floats are equal, bit for bit."""
+    import numpy as np
+
+    m = StepModel(load_architecture(model), load_hardware("h200-sxm"), layout, Formats())
+    for n, kv, steps in ((1, 100, 5), (37, 41_000, 40), (256, 1_000_003, 64)):
+        vector = m.decode_times_s(n, kv + n * np.arange(steps, dtype=np.float64)).tolist()
+        assert m.decode_step_times_s(n, kv, steps) == vector
+        assert vector[0] == m.time_s(BatchShape(decode_seqs=n, decode_context_tokens=kv))

@@ -45,6 +45,21 @@ CASES = {
         deployment={"gpu_memory_utilization": 0.25, "scheduler": {"max_num_seqs": 256}},
         workload={"arrival": {"kind": "poisson", "rate_per_s": 20.0},
                   "output_tokens": {"kind": "uniform", "min": 500, "max": 2000}}),
+    # Saturated: requests wait while every seat is taken (runs go on between finishes),
+    # and with chunked prefill off while the waiting prompt does not fit the free blocks.
+    "seats full": _scenario(
+        deployment={"scheduler": {"max_num_seqs": 8}},
+        workload={"arrival": {"kind": "poisson", "rate_per_s": 20.0}}),
+    "kv full, whole prompts": _scenario(
+        deployment={"gpu_memory_utilization": 0.25,
+                    "scheduler": {"max_num_seqs": 256, "chunked_prefill": False}},
+        workload={"arrival": {"kind": "poisson", "rate_per_s": 20.0},
+                  "output_tokens": {"kind": "uniform", "min": 500, "max": 2000}}),
+    "sglang kv full": _scenario(
+        deployment={"engine": "sglang", "gpu_memory_utilization": 0.25,
+                    "scheduler": {"max_num_seqs": 256}},
+        workload={"arrival": {"kind": "poisson", "rate_per_s": 20.0},
+                  "output_tokens": {"kind": "uniform", "min": 500, "max": 2000}}),
     "closed loop": _scenario(
         workload={"arrival": {"kind": "closed_loop", "concurrency": 6}}),
     # The time limit stops the run while a replica is between two steps.

@@ -104,7 +104,7 @@ def test_intake_arithmetic() -> None:
             if intake.at_step_start(step):
                 return step
             if step == arrive_during:
-                intake.hold(object())  # type: ignore[arg-type]
+                intake.hold(object(), step + 1)  # type: ignore[arg-type]
         raise AssertionError("never released")
 
     assert first_step(False, 1, 4) == 5
@@ -114,3 +114,7 @@ def test_intake_arithmetic() -> None:
     assert first_step(True, 2, 4) == 7  # polled at s_6, runs in step 7
     assert first_step(True, 2, 5) == 7
     assert not Intake(False, 1).delays and Intake(True, 1).delays and Intake(False, 3).delays
+    # The release step directly, as a run of decode steps asks it (boundary j + 1 for an
+    # arrival during step j): interval 4, lookahead: polled at s_8, runs in step 9.
+    assert Intake(True, 4).release_step(5) == 9 and Intake(True, 4).release_step(8) == 9
+    assert Intake(False, 4).release_step(8) == 8 and Intake(True, 1).release_step(5) == 6

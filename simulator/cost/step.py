@@ -113,6 +113,27 @@ class StepModel(Kernels):
         result: FloatArray = base + self.decode_attention_s(decode_seqs, context_tokens)
         return result
 
+    def decode_step_times_s(self, decode_seqs: int, context_tokens: int, steps: int) -> list[float]:
+        """decode_times_s of `steps` consecutive pure decode steps from `context_tokens`
+        summed context (each step adds one token per sequence), one float at a time: for
+        short runs, where numpy's per-call cost exceeds the arithmetic. The same operations
+        in the same order as decode_attention_s, so the floats agree (tests/test_cost.py)."""
+        base = self._token_and_head_s(decode_seqs, decode_seqs)
+        consts = self._attn_consts
+        per_pair_d, kv_tok, n_full, n_sw, layers = (consts[i] for i in (1, 2, 6, 7, 8))
+        rate, bw = consts[9], consts[10]
+        dp = self.layout.attention_data_parallel
+        fixed = layers * self.hw.attention_decode_fixed_s
+        per_pair = per_pair_d * 1
+        window = self.arch.sliding_window if n_sw else None
+        cap_sw = decode_seqs / dp * window if window is not None else 0.0
+        out = []
+        for i in range(steps):
+            ctx = (float(context_tokens + decode_seqs * i) + decode_seqs * 1) / dp
+            work = n_full * ctx + (n_sw * min(ctx, cap_sw) if window is not None else 0.0)
+            out.append(base + (max(per_pair * work / rate, kv_tok * work / bw) + fixed))
+        return out
+
     def decode_attention_s(
         self, decode_seqs: int, context_tokens: FloatArray, ranks: int | None = None
     ) -> FloatArray:

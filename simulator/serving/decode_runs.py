@@ -31,15 +31,43 @@ class DecodeRuns:
     _phase: list[int]
     _finish: dict[int, list[tuple[Request, int]]]
     _finish_steps: list[int]
+    running: dict[int, Request]
 
     def can_fast_forward(self) -> bool:
-        """Only decoders run and none waits: the next steps differ only in context length."""
+        """Only decoders run and no waiting request can join: the next steps differ only in
+        context length. A waiting request that cannot be admitted now cannot be later in
+        the run either (the seats stay taken, the free KV blocks only shrink)."""
         return (
             self.spec is None
             and self.num_decoding > 0
             and not self.prefilling
-            and not len(self.waiting)
+            and (not len(self.waiting) or self._admission_blocked())
         )
+
+    def _can_admit_prefill(self) -> bool:
+        """A waiting request fits a prefill now (the seats and KV blocks its prompt needs)."""
+        if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
+            return False
+        r = self.waiting.peek()
+        need = r.input_tokens + r.output_tokens - 1 if self.cfg.reserve_full else r.target
+        return -(-need // self.cfg.block_size) <= self.free_blocks
+
+    def _admission_blocked(self) -> bool:
+        """The first admission check of Scheduler.plan fails for the waiting queue's head
+        in a pure decode step (mirrors _can_admit_prefill and _admit)."""
+        cfg = self.cfg
+        if len(self.running) >= cfg.max_num_seqs:
+            return True
+        r = self.waiting.peek()
+        if not (cfg.chunked_prefill and cfg.mix_prefill_decode) and self._can_admit_prefill():
+            return False  # a prefill-only step comes next
+        budget = cfg.max_num_batched_tokens - self.num_decoding
+        if budget <= 0:
+            return True
+        left = r.target - r.computed
+        chunk = min(left, budget) if cfg.chunked_prefill else left
+        held = r.input_tokens + r.output_tokens - 1 if cfg.reserve_full else r.computed + chunk
+        return -(-held // cfg.block_size) > self.free_blocks
 
     def steps_before_next_finish(self) -> int:
         """Decode steps that can run before the first one in which a request finishes."""

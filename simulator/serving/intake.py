@@ -13,17 +13,22 @@ arriving at t is polled at the first s_j >= t with j % n == 0 and runs in step j
 
 from __future__ import annotations
 
+from collections import deque
+
 from simulator.serving.request import Request
 
 
 class Intake:
-    """Requests that arrived during a step, held until the boundary that may schedule them."""
+    """Requests that arrived during a step, held until the boundary that may schedule them.
+
+    Each held request carries the step whose planning takes it in (its release step), so the
+    intake needs no call at the boundaries in between: a run of decode steps may pass them.
+    """
 
     def __init__(self, lookahead: bool, recv_interval_steps: int = 1) -> None:
         self.lookahead = lookahead
         self.interval = recv_interval_steps
-        self.held: list[Request] = []  # arrived, not yet polled
-        self.ready: list[Request] = []  # polled at the last step start, for the step after it
+        self.held: deque[tuple[int, Request]] = deque()  # (release step, request), arrival order
 
     @property
     def delays(self) -> bool:
@@ -31,27 +36,32 @@ class Intake:
         return self.lookahead or self.interval > 1
 
     def __bool__(self) -> bool:
-        return bool(self.held or self.ready)
+        return bool(self.held)
 
-    def hold(self, r: Request) -> None:
-        self.held.append(r)
+    def release_step(self, boundary: int) -> int:
+        """The step that first runs a request arriving before step `boundary` starts: the
+        first polled boundary at or after it, one more with the lookahead."""
+        n = self.interval
+        return -(-boundary // n) * n + (1 if self.lookahead else 0)
+
+    def hold(self, r: Request, boundary: int) -> None:
+        """Hold `r`, which arrived before the start of step `boundary` (0-based)."""
+        self.held.append((self.release_step(boundary), r))
+
+    @property
+    def first_release(self) -> int:
+        """The release step of the earliest held request (the intake is not empty)."""
+        return self.held[0][0]
 
     def at_step_start(self, step: int) -> list[Request]:
         """The requests the scheduler takes in before planning step `step` (0-based)."""
-        polled = step % self.interval == 0
-        if not self.lookahead:
-            if not polled:
-                return []
-            out, self.held = self.held, []
-            return out
-        out = self.ready  # polled when the step before this one started
-        self.ready = []
-        if polled:
-            self.ready, self.held = self.held, []
+        held, out = self.held, []
+        while held and held[0][0] <= step:
+            out.append(held.popleft()[1])
         return out
 
     def drain(self) -> list[Request]:
         """Everything held: the engine has nothing planned, so its loop polls right away."""
-        out = self.ready + self.held
-        self.ready, self.held = [], []
+        out = [r for _, r in self.held]
+        self.held.clear()
         return out

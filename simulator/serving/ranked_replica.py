@@ -151,6 +151,7 @@ class RankedReplica(Replica):
                 for rk, p in zip(ranks, plans, strict=True):
                     if p is not None:  # each rank is checked as the replica it acts as
                         self.rank_check(cast(Replica, rk), p, dt)
+            self._boundary = self._steps + 1
             yield env.timeout(dt)
             end = env.now
             self._steps += 1
@@ -210,6 +211,7 @@ class RankedReplica(Replica):
             steps = scheds[j].steps_within_blocks(steps)[0]
         if steps < 1:
             return
+        self._boundary = self._steps + steps
         yield env.timeout(delay_to(now, float(ends[steps - 1])))
         self._steps += steps
         dts, ends = dts[:steps], ends[:steps]

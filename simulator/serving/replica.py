@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import simpy
 
 from simulator.cost.draft import SpeculativeStepModel
@@ -16,11 +16,13 @@ from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.serving.intake import Intake
 from simulator.serving.request import Request
+from simulator.serving.run_plan import RunPlan, plan_run
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
 from simulator.serving.scheduler import Scheduler
 
 MAX_DECODE_RUN = 4096  # steps costed at once in a run of unchanged decode batches
-MIN_DECODE_RUN = 8  # below this, numpy's per-call cost outweighs the SimPy events it saves
+MIN_DECODE_RUN = 8  # attention-DP runs: below this, numpy's per-call cost outweighs the events
+MIN_WALK_STEPS = 2  # plain replicas: a shorter run is a normal step (run_plan costs floats)
 
 
 def delay_to(now: float, end: float) -> float:
@@ -78,6 +80,9 @@ class Replica:
         self.intake = Intake(style.schedules_ahead, cfg.recv_interval_steps)
         self._stepping = False  # a step is planned or running (from plan to the next plan)
         self._steps = 0  # steps run, the poll counter of the intake
+        self._boundary = 0  # the step boundary the running timeout ends at (intake holds)
+        # While a decode walk sleeps: (plan, first step, end step, steps run at plan start).
+        self._walk: tuple[RunPlan, int, int, int] | None = None
         env.process(self._run())
 
     @property
@@ -86,14 +91,18 @@ class Replica:
 
     @property
     def outstanding_tokens(self) -> int:
-        return self.sched.outstanding_tokens
+        if self._walk is None:
+            return self.sched.outstanding_tokens
+        # Each decoder's token of every step ended during the walk's sleep is done.
+        return self.sched.outstanding_tokens - self._walk[0].decoders * (
+            self._walk_done() - self._walk[1])
 
     def submit(self, r: Request, *, routed: bool = False) -> None:
         """Queue a request; `routed`: it was counted as assigned when the router chose us."""
         if not routed:
             self.assigned += 1
         if self._stepping and self.intake.delays:
-            self.intake.hold(r)
+            self.intake.hold(r, self._hold_boundary())
             return
         self._take_in(r)
 
@@ -125,7 +134,6 @@ class Replica:
         time_s = self.model.time_s
         step_time_s = self.style.step_time_s
         fast = self.check is None and not log.detailed
-        min_run = MIN_DECODE_RUN
         def has_work() -> bool:
             return sched.has_work
 
@@ -149,6 +157,7 @@ class Replica:
             dt = step_time_s(gpu_s, planned.num_seqs)
             if self.check is not None:
                 self.check(self, planned, dt)
+            self._boundary = self._steps + 1
             yield env.timeout(dt)
             end = env.now
             self._steps += 1
@@ -188,76 +197,100 @@ class Replica:
                 # A step that emits n tokens for a sequence gives one gap and n-1 zeros.
                 log.itl_s.append(0.0)
                 log.itl_weight.append(float(sched.last_emitted - decoded))
-            # A run of unchanged decode steps pays off only if the next event is far enough;
-            # a run that ends with a finish may be followed by the next run at once.
-            while (
-                fast
-                and not self.intake
-                and env.peek() - env.now >= min_run * dt
-                and sched.can_fast_forward()
-            ):
-                dt = yield from self._decode_run(dt)
-                if dt <= 0.0:
-                    break
+            if fast and sched.can_fast_forward():
+                yield from self._decode_walk(dt)
 
-    def _decode_run(self, last_dt: float) -> Any:
-        """Run consecutive pure-decode steps as one SimPy timeout, with exactly the floats,
-        records and event order that stepping one by one gives; return the run's last step
-        time (0.0: no run, or the run did not end with a finish, so the caller steps next).
+    def _decode_walk(self, last_dt: float) -> Any:
+        """Run pure-decode steps from a plan costed at once (run_plan), with exactly the
+        floats, records and event order that stepping one by one gives.
 
-        Valid while nothing changes the batch: no request finishes before the run's last step
-        (the run may end with the first finish step, committed as a normal step), no block
-        shortage (stop before the decode set would run out), and no other event happens (the
-        run's last step ends strictly before the next scheduled event, so that event meets
-        the same state at the same time). Every step is costed (vectorized, the same
-        arithmetic as StepModel.time_s) and logged; clocks and totals are summed step by
-        step (numpy's accumulate is sequential), as the step-by-step loop adds them.
+        The replica sleeps through the planned steps ending before the next event, the step
+        the event falls in, and the steps that no request arriving then could join (the
+        intake holds it until its release step); it commits the steps done when it wakes.
+        While it sleeps, what others read of it (its outstanding tokens, the step boundary
+        an arrival is held for, the totals at a stop: `settle`) counts the steps ended so
+        far. A held request ends the run before its release step; one taken in at once (no
+        lookahead) ends it with the step it arrived in. A run that ends with a finish is
+        followed by the next plan at once.
         """
-        env, sched, log = self.env, self.sched, self.log
-        now = env.now
-        # Steps likely to fit before the next event, judged by the last step (they only grow).
-        expected = (env.peek() - now) / last_dt if last_dt > 0 else math.inf
-        if expected < MIN_DECODE_RUN:
-            return 0.0  # a short run is cheaper step by step than vectorized
-        # The run may end with the step in which the next request finishes (committed below).
-        to_finish = sched.steps_before_next_finish() + 1
-        cap = min(to_finish, MAX_DECODE_RUN, int(min(expected, 1e9)) + 1)
-        if cap < MIN_DECODE_RUN:
-            return 0.0
-        n = sched.num_decoding
+        env, sched, intake = self.env, self.sched, self.intake
         assert isinstance(self.model, StepModel)  # speculative replicas never fast-forward
-        offsets = np.arange(cap, dtype=np.float64)
-        gpu_s = self.model.decode_times_s(n, sched.decode_kv_sum + n * offsets)
-        host_s = self.style.host_time_s(n)
-        overlap = self.style.overlap_cpu_with_gpu
-        dts = np.maximum(gpu_s, host_s) if overlap else gpu_s + host_s
-        ends = np.cumsum(np.concatenate(([now], dts)))[1:]
-        steps = int(np.searchsorted(ends, env.peek(), side="left"))
-        # Cut the run before the decode set would run out of blocks (then preemption).
-        steps, used = sched.steps_within_blocks(steps)
-        if steps == 0:
-            return 0.0
-        yield env.timeout(delay_to(now, float(ends[steps - 1])))
+        while sched.can_fast_forward():
+            start = self._steps
+            # Plan about as far as the next event is likely to let the run go, and never past
+            # the step that takes a held request in.
+            ahead = (env.peek() - env.now) / last_dt if last_dt > 0 else math.inf
+            cap = int(min(MAX_DECODE_RUN, 2 * ahead + 32))
+            if intake:
+                cap = min(cap, intake.first_release - start)
+            plan = plan_run(sched, self.model, self.style, env.now, self.busy_s, self.gpu_s,
+                            cap, MIN_WALK_STEPS)
+            if plan is None:
+                return
+            ends, pos, stop = plan.ends, 0, plan.steps
+            while pos < stop:
+                # The step the next event falls in (ends strictly before it: passed over),
+                # and on to the last step before an arrival then would be released.
+                k = max(pos, bisect_left(ends, env.peek()))
+                k = min(stop, intake.release_step(start + k + 1) - start)
+                self._walk, self._boundary = (plan, pos, k, start), start + k
+                yield env.timeout(delay_to(env.now, ends[k - 1]))
+                self._walk = None
+                self._commit_segment(plan, pos, k)
+                pos = k
+                if pos < stop:  # what arrived during the segment may end the run here
+                    if not sched.can_fast_forward():
+                        stop = pos
+                    elif intake:
+                        stop = min(stop, intake.first_release - start)
+            if pos < plan.steps or not plan.finishing:
+                return
+            n = plan.decoders
+            last = BatchShape(decode_seqs=n, decode_context_tokens=sched.decode_kv_sum)
+            for r in sched.commit(PlannedStep(last, [], n), env.now):
+                self.finished += 1
+                self.on_finish(r)
+            last_dt = plan.dts[pos - 1]
+
+    def _walk_done(self) -> int:
+        """Steps of the sleeping walk's plan ended by now (one ending now is still running)."""
+        assert self._walk is not None
+        plan, pos, k, _ = self._walk
+        return min(k - 1, max(pos, bisect_left(plan.ends, self.env.now)))
+
+    def _hold_boundary(self) -> int:
+        """The step boundary that follows now: where a request arriving now is held to."""
+        if self._walk is None:
+            return self._boundary
+        return self._walk[3] + self._walk_done() + 1
+
+    def settle(self) -> None:
+        """The simulation stopped while the walk slept: commit the steps ended by now."""
+        if self._walk is not None:
+            plan, pos = self._walk[0], self._walk[1]
+            done = self._walk_done()
+            if done > pos:
+                self._commit_segment(plan, pos, done)
+            self._walk = None
+
+    def _commit_segment(self, plan: RunPlan, pos: int, k: int) -> None:
+        """Commit steps pos..k-1 of `plan` (the last planned one, if it finishes a request,
+        is committed by the caller as a normal step: here only its blocks and logs)."""
+        sched, log, n = self.sched, self.log, plan.decoders
+        steps = k - pos
+        blocks = sched.blocks_needed(steps)
+        sched.fast_forward(steps - (plan.finishing and k == plan.steps), blocks)
         self._steps += steps
-        finishing = steps == to_finish
-        sched.fast_forward(steps - 1 if finishing else steps, used)
-        run = dts[:steps]
-        self.busy_s = float(np.cumsum(np.concatenate(([self.busy_s], run)))[-1])
-        self.gpu_s = float(np.cumsum(np.concatenate(([self.gpu_s], gpu_s[:steps])))[-1])
-        self.decode_end_s.frombytes(ends[:steps].tobytes())
-        first = 0
-        if self._stalled:
-            self._log_gaps(n, float(run[0]))
+        self.busy_s = plan.busy_s[k]
+        self.gpu_s = plan.gpu_s[k]
+        first = pos
+        if pos == 0 and self._stalled:  # the first step pays the held-back decoders' gaps
+            self._log_gaps(n, plan.dts[0])
             first = 1
-        log.itl_s.frombytes(run[first:].tobytes())
-        log.itl_weight.extend(array("d", (float(n),)) * (steps - first))
-        if not finishing:
-            return 0.0
-        last = BatchShape(decode_seqs=n, decode_context_tokens=sched.decode_kv_sum)
-        for r in sched.commit(PlannedStep(last, [], n), env.now):
-            self.finished += 1
-            self.on_finish(r)
-        return float(run[-1])
+        self.decode_end_s.extend(plan.ends[pos:k])
+        if k > first:
+            log.itl_s.extend(plan.dts[first:k])
+            log.itl_weight.extend(array("d", (float(n),)) * (k - first))
 
     def _log_gaps(self, decoded: int, dt: float) -> None:
         log_gaps(self.log, self.sched.num_decoding, self._stalled, decoded, dt)

@@ -199,13 +199,6 @@ class Scheduler(DecodeRuns):
             return None
         return PlannedStep(self._shape(chunks, decode_seqs), chunks, decode_seqs + len(chunks))
 
-    def _can_admit_prefill(self) -> bool:
-        if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
-            return False
-        r = self.waiting.peek()
-        need = self._full_tokens(r) if self.cfg.reserve_full else r.target
-        return self.blocks_for(need) <= self.free_blocks
-
     def _admit(self, now_s: float, budget: int, decode_seqs: int) -> list[tuple[Request, int]]:
         cfg = self.cfg
         admitted: list[tuple[Request, int]] = []

@@ -244,6 +244,8 @@ def run(
             status = str(env.run(until=stop))
         except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
             raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
+    for rep in everyone:  # a replica asleep in a run of decode steps commits those ended
+        rep.settle()
     records["arrival_s"] = np.frombuffer(arrival_s, dtype=np.float64)
     records["front_end_s"] = np.frombuffer(front_end_s, dtype=np.float64)
     done.scatter()
