@@ -60,6 +60,12 @@ CASES = {
                     "scheduler": {"max_num_seqs": 256}},
         workload={"arrival": {"kind": "poisson", "rate_per_s": 20.0},
                   "output_tokens": {"kind": "uniform", "min": 500, "max": 2000}}),
+    # Everything arrives at once into a small KV pool: preemption and recompute.
+    "offline, preemption": _scenario(
+        deployment={"gpu_memory_utilization": 0.225, "scheduler": {"max_num_seqs": 64}},
+        workload={"arrival": {"kind": "offline"}, "num_requests": 80,
+                  "input_tokens": {"kind": "uniform", "min": 200, "max": 900},
+                  "output_tokens": {"kind": "uniform", "min": 1, "max": 700}, "seed": 11}),
     "closed loop": _scenario(
         workload={"arrival": {"kind": "closed_loop", "concurrency": 6}}),
     # The time limit stops the run while a replica is between two steps.

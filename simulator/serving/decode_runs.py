@@ -83,7 +83,11 @@ class DecodeRuns:
         bs, phase = self.cfg.block_size, self._phase
         cycles, rest = divmod(steps, bs)
         total = cycles * self.num_decoding if cycles else 0
-        return total + sum(phase[(self.step + i) % bs] for i in range(rest))
+        if rest:
+            first = self.step % bs
+            end = first + rest
+            total += sum(phase[first:end]) + (sum(phase[: end - bs]) if end > bs else 0)
+        return total
 
     def steps_within_blocks(self, steps: int) -> tuple[int, int]:
         """The first of the next `steps` decode steps whose new blocks fit in the free pool

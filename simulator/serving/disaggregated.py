@@ -31,7 +31,7 @@ from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.inputs.deployment import WorkerPool
 from simulator.serving.ranks_setup import make_replicas
-from simulator.serving.replica import Replica, StepLog
+from simulator.serving.replica import Clock, Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import Router
 from simulator.serving.sched_types import SchedulerConfig
@@ -51,7 +51,7 @@ class PoolSpec:
 
     def build(
         self,
-        env: simpy.Environment,
+        env: Clock,
         on_finish: Callable[[Request], None],
         log: StepLog,
         check: Callable[[Replica, Any, float], None] | None = None,
@@ -68,7 +68,7 @@ class DisaggregatedPools:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Clock,
         prefill: PoolSpec,
         decode: PoolSpec,
         link: KVLinkCost,

@@ -20,7 +20,7 @@ from simulator.cost.pipeline import stage_layers, stage_times
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.serving.ranked_replica import Rank, RankedReplica
-from simulator.serving.replica import Replica, StepLog
+from simulator.serving.replica import Clock, Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import least_outstanding
 from simulator.serving.sched_types import SchedulerConfig
@@ -31,7 +31,7 @@ class PipelinedReplica(RankedReplica):
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Clock,
         index: int,
         cfg: SchedulerConfig,
         model: StepModel,

@@ -25,9 +25,9 @@ from simulator.engines.style import EngineStyle
 from simulator.serving.replica import (
     MAX_DECODE_RUN,
     MIN_DECODE_RUN,
+    Clock,
     Replica,
     StepLog,
-    delay_to,
     log_gaps,
 )
 from simulator.serving.request import Request
@@ -65,7 +65,7 @@ class RankedReplica(Replica):
 
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Clock,
         index: int,
         cfg: SchedulerConfig,
         model: StepModel,
@@ -212,7 +212,7 @@ class RankedReplica(Replica):
         if steps < 1:
             return
         self._boundary = self._steps + steps
-        yield env.timeout(delay_to(now, float(ends[steps - 1])))
+        yield env.timeout_at(float(ends[steps - 1]))
         self._steps += steps
         dts, ends = dts[:steps], ends[:steps]
         for j in active:

@@ -8,8 +8,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import simpy
-
 from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.layout import ParallelLayout
 from simulator.cost.moe_routing import hottest_rank_slots, normalized, uniform_loads, zipf_loads
@@ -20,7 +18,7 @@ from simulator.inputs.deployment import AggregatedDeployment, MoeRouting, Worker
 from simulator.model.architecture import Architecture
 from simulator.serving.pipelined_replica import PipelinedReplica
 from simulator.serving.ranked_replica import RankedReplica
-from simulator.serving.replica import Replica, StepLog
+from simulator.serving.replica import Clock, Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.sched_types import SchedulerConfig
@@ -111,7 +109,7 @@ def make_replicas(
     dep: AggregatedDeployment | WorkerPool,
     arch: Architecture,
     engine: tuple[StepModel | SpeculativeStepModel, EngineStyle, SchedulerConfig],
-    env: simpy.Environment,
+    env: Clock,
     finish: Callable[[Request], None],
     log: StepLog,
     check: Callable[[Replica, Any, float], None] | None,

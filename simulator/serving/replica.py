@@ -6,9 +6,11 @@ import math
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 import simpy
+from simpy.events import NORMAL
 
 from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.shape import BatchShape
@@ -25,14 +27,18 @@ MIN_DECODE_RUN = 8  # attention-DP runs: below this, numpy's per-call cost outwe
 MIN_WALK_STEPS = 2  # plain replicas: a shorter run is a normal step (run_plan costs floats)
 
 
-def delay_to(now: float, end: float) -> float:
-    """A delay that brings the clock from `now` to exactly `end` (SimPy adds it to now)."""
-    delay = end - now
-    while now + delay > end:
-        delay = math.nextafter(delay, -math.inf)
-    while now + delay < end:
-        delay = math.nextafter(delay, math.inf)
-    return delay
+class Clock(simpy.Environment):
+    """The simulation's environment, with events at an exact time: a run of steps ends at
+    the clock summed step by step, which `now + delay` cannot always reach in one addition
+    (when `now` has its last bit set, round-half-even skips every other float)."""
+
+    def timeout_at(self, when: float) -> simpy.Event:
+        """An event that fires at exactly `when` (>= now), as a timeout would."""
+        ev = simpy.Event(self)
+        ev._ok = True
+        ev._value = None
+        heappush(self._queue, (when, NORMAL, next(self._eid), ev))
+        return ev
 
 
 class StepLog:
@@ -50,7 +56,7 @@ class StepLog:
 class Replica:
     def __init__(
         self,
-        env: simpy.Environment,
+        env: Clock,
         index: int,
         cfg: SchedulerConfig,
         model: StepModel | SpeculativeStepModel,
@@ -234,7 +240,7 @@ class Replica:
                 k = max(pos, bisect_left(ends, env.peek()))
                 k = min(stop, intake.release_step(start + k + 1) - start)
                 self._walk, self._boundary = (plan, pos, k, start), start + k
-                yield env.timeout(delay_to(env.now, ends[k - 1]))
+                yield env.timeout_at(ends[k - 1])
                 self._walk = None
                 self._commit_segment(plan, pos, k)
                 pos = k
@@ -278,7 +284,7 @@ class Replica:
         is committed by the caller as a normal step: here only its blocks and logs)."""
         sched, log, n = self.sched, self.log, plan.decoders
         steps = k - pos
-        blocks = sched.blocks_needed(steps)
+        blocks = plan.blocks if steps == plan.steps else sched.blocks_needed(steps)
         sched.fast_forward(steps - (plan.finishing and k == plan.steps), blocks)
         self._steps += steps
         self.busy_s = plan.busy_s[k]

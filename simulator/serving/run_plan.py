@@ -32,6 +32,7 @@ class RunPlan:
     gpu_s: list[float]  # the replica's GPU time likewise
     steps: int
     finishing: bool  # the last step is the one in which the next request finishes
+    blocks: int  # new KV blocks the whole run takes
 
 
 def plan_run(sched: Scheduler, model: StepModel, style: EngineStyle, now: float, busy_s: float,
@@ -42,7 +43,7 @@ def plan_run(sched: Scheduler, model: StepModel, style: EngineStyle, now: float,
     to_finish = sched.steps_before_next_finish() + 1
     if min(cap, to_finish) < min_steps:
         return None
-    steps, _ = sched.steps_within_blocks(min(cap, to_finish))
+    steps, blocks = sched.steps_within_blocks(min(cap, to_finish))
     if steps < min_steps:
         return None
     n, kv = sched.num_decoding, sched.decode_kv_sum
@@ -58,4 +59,4 @@ def plan_run(sched: Scheduler, model: StepModel, style: EngineStyle, now: float,
     ends = list(accumulate(dts, initial=now))[1:]
     busy = list(accumulate(dts, initial=busy_s))
     return RunPlan(n, dts, ends, busy, list(accumulate(gpu, initial=gpu_s)), steps,
-                   steps == to_finish)
+                   steps == to_finish, blocks)

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import simpy
 
 from simulator.inputs.deployment import DisaggregatedDeployment
 from simulator.inputs.scenario import Scenario
@@ -25,7 +24,7 @@ from simulator.serving.ranks_setup import (
     make_replicas,
     pipeline_summary,
 )
-from simulator.serving.replica import Replica, StepLog
+from simulator.serving.replica import Clock, Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.spec_engine import VerifyTally, speculative_stats
@@ -98,7 +97,7 @@ def run(
     spec_emitted: dict[int, npt.NDArray[np.int64]] = {}
     verify_tally = VerifyTally.empty(n if engine.speculative is not None else 0)
 
-    env = simpy.Environment()
+    env = Clock()
     log = StepLog(timeseries)
     stop = env.event()
     state = {"ended": 0, "next": 0}
