@@ -17,6 +17,7 @@ from simulator.hardware.profile import load_hardware
 from simulator.inputs.scenario import Scenario
 from simulator.model.load import load_architecture
 from simulator.serving.engine_build import build_engine
+from tests.fast_forward_helpers import assert_runs_match_stepwise
 
 FP8 = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8"}
 
@@ -187,23 +188,6 @@ def test_ranked_decode_runs_are_exactly_the_step_by_step_run(
     """Runs of pure decode steps over all ranks are one SimPy event and one vectorized
     costing; with --check every step is its own event. The two must agree bit for bit:
     clocks are summed step by step and each run stops before anything could change."""
-    from simulator.serving.scheduler import Scheduler
-
     sc = scenario("qwen3-235b-a22b", 1, 8, 8, concurrency, 64, **dep)
     sc["workload"]["output_tokens"] = {"kind": "uniform", "min": out[0], "max": out[1]}
-    runs: list[int] = []
-    forward = Scheduler.fast_forward
-
-    def counted(self: Scheduler, steps: int, blocks: int) -> None:
-        runs.append(steps)
-        forward(self, steps, blocks)
-
-    monkeypatch.setattr(Scheduler, "fast_forward", counted)
-    fast = simulate(sc)
-    assert sum(runs) > 1000  # the runs did happen
-    runs.clear()
-    stepwise = simulate(sc, check=True)
-    assert not runs
-    assert fast.to_dict() == stepwise.to_dict()
-    for name in fast.requests.dtype.names or ():
-        assert fast.requests[name].tobytes() == stepwise.requests[name].tobytes(), name
+    assert_runs_match_stepwise(sc, monkeypatch, min_steps=1000)

@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import simulator
-from simulator.serving.scheduler import Scheduler
+from tests.fast_forward_helpers import assert_runs_match_stepwise
 
 
 def _scenario(**over: Any) -> dict[str, Any]:
@@ -77,22 +76,7 @@ CASES = {
 def test_decode_runs_are_exactly_the_step_by_step_run(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs: list[int] = []
-    forward = Scheduler.fast_forward
-
-    def counted(self: Scheduler, steps: int, blocks: int) -> None:
-        runs.append(steps)
-        forward(self, steps, blocks)
-
-    monkeypatch.setattr(Scheduler, "fast_forward", counted)
-    fast = simulator.simulate(CASES[case])
-    assert sum(runs) > 100, sum(runs)  # the runs did happen
-    runs.clear()
-    stepwise = simulator.simulate(CASES[case], check=True)
-    assert not runs
-    assert fast.to_dict() == stepwise.to_dict()
-    for name in fast.requests.dtype.names or ():
-        assert fast.requests[name].tobytes() == stepwise.requests[name].tobytes(), name
+    fast, stepwise = assert_runs_match_stepwise(CASES[case], monkeypatch, min_steps=100)
     assert len(fast.decode_end_s) == len(stepwise.decode_end_s)
     for a, b in zip(fast.decode_end_s, stepwise.decode_end_s, strict=True):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()

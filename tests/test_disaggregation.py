@@ -52,19 +52,26 @@ def one_request(inp: int, out: int) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ timeline
 
 
+def _assert_one_request_timeline(r: Any, prefill_t: Any, decode_t: Any) -> float:
+    """The one 100 in / 3 out request over a 10 us + 10 GB/s link: prefill(100) timed by
+    `prefill_t`, the transfer, then the first-token step and two decodes timed by `decode_t`.
+    Returns the transfer time."""
+    rec = r.requests[0]
+    transfer_s = 1e-5 + 100 * LLAMA8B_KV_BYTES_PER_TOKEN / 10e9
+    first = prefill_t(prefill(100)) + transfer_s + decode_t(prefill(1, 99))
+    assert rec["first_token_s"] == pytest.approx(first, rel=1e-9)
+    finish = first + decode_t(decode(1, 100)) + decode_t(decode(1, 101))
+    assert rec["finish_s"] == pytest.approx(finish, rel=1e-9)
+    return transfer_s
+
+
 def test_single_request_timeline() -> None:
     """100 in / 3 out: prefill(100) on the prefill replica; transfer = 10 us + 100 x 131072 B /
     10 GB/s = 1.3207 ms; on the decode replica a 1-token chunk after 99 cached tokens samples
     the first token, then decodes at 100 and 101 cached tokens give tokens 2 and 3."""
     t = step_timer(make())
-    kv = {"gb_per_s": 10.0, "latency_s": 1e-5}
-    r = simulator.simulate(disagg(kv))
-    rec = r.requests[0]
-    transfer_s = 1e-5 + 100 * LLAMA8B_KV_BYTES_PER_TOKEN / 10e9
-    first = t(prefill(100)) + transfer_s + t(prefill(1, 99))
-    assert rec["first_token_s"] == pytest.approx(first, rel=1e-9)
-    finish = first + t(decode(1, 100)) + t(decode(1, 101))
-    assert rec["finish_s"] == pytest.approx(finish, rel=1e-9)
+    r = simulator.simulate(disagg({"gb_per_s": 10.0, "latency_s": 1e-5}))
+    transfer_s = _assert_one_request_timeline(r, t, t)
     d = r.to_dict()["disaggregation"]
     assert d["kv_transfer_s"]["p50"] == pytest.approx(transfer_s, rel=1e-9)
     assert d["kv_bytes_per_token"] == LLAMA8B_KV_BYTES_PER_TOKEN
@@ -445,12 +452,7 @@ def test_each_pool_costs_its_steps_on_its_own_gpu_profile() -> None:
     h100 = step_timer(make())
     a100 = step_timer(make(hardware={"gpu": "a100-sxm", "gpus_per_node": 8, "nodes": 1}))
     r = simulator.simulate(mixed({"gb_per_s": 10.0, "latency_s": 1e-5}))
-    rec = r.requests[0]
-    transfer_s = 1e-5 + 100 * LLAMA8B_KV_BYTES_PER_TOKEN / 10e9
-    first = h100(prefill(100)) + transfer_s + a100(prefill(1, 99))
-    assert rec["first_token_s"] == pytest.approx(first, rel=1e-9)
-    finish = first + a100(decode(1, 100)) + a100(decode(1, 101))
-    assert rec["finish_s"] == pytest.approx(finish, rel=1e-9)
+    _assert_one_request_timeline(r, h100, a100)
     assert h100(prefill(100)) < a100(prefill(100))  # the point of the split
     d = r.to_dict()["disaggregation"]
     assert (d["prefill"]["gpu"], d["decode"]["gpu"]) == ("h100-sxm", "a100-sxm")
