@@ -6,8 +6,10 @@ of a ~0.3 s `frontier simulate`) for things a simulation never uses: simpy to se
 (PYDANTIC_DISABLE_PLUGINS, simulator/cli/app.py). While they import, a stand-in module answers
 for `importlib.metadata`: its `entry_points` imports the real module when called (so plugins
 still load where the user turned them on), and its `version` reports the package as not
-installed, which leaves `simpy.__version__` unset. The stand-in is removed before this function
-returns; any later `import importlib.metadata` gets the real module.
+installed, which leaves `simpy.__version__` unset at import; simpy then gets a module
+`__getattr__` that reads the version from the real `importlib.metadata` when something asks
+for it. The stand-in is removed before this function returns; any later
+`import importlib.metadata` gets the real module.
 """
 
 from __future__ import annotations
@@ -33,6 +35,15 @@ def _version(name: str) -> str:
     raise _NotFound(name)
 
 
+def _simpy_version(name: str) -> str:
+    """simpy's module `__getattr__`: `__version__` as simpy itself would have set it."""
+    if name != "__version__":
+        raise AttributeError(f"module 'simpy' has no attribute {name!r}")
+    from importlib.metadata import version
+
+    return version("simpy")
+
+
 def preload_simulation_libraries() -> None:
     """Import simpy and pydantic.plugin._loader with the stand-in in place (see the module
     docstring); nothing happens where `importlib.metadata` or simpy is already loaded."""
@@ -51,3 +62,6 @@ def preload_simulation_libraries() -> None:
     finally:
         del sys.modules["importlib.metadata"]
         delattr(importlib, "metadata")
+    simpy = sys.modules.get("simpy")
+    if simpy is not None and not hasattr(simpy, "__version__"):
+        setattr(simpy, "__getattr__", _simpy_version)  # noqa: B010 (PEP 562 hook)

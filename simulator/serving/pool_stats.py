@@ -15,7 +15,12 @@ import numpy.typing as npt
 
 from simulator.engines.style import FrontEnd
 from simulator.serving.disaggregated import DisaggregatedPools
-from simulator.serving.metrics import SLOTargets, client_offset_s, percentiles
+from simulator.serving.metrics import (
+    SLOTargets,
+    client_offset_s,
+    linear_percentiles,
+    percentiles,
+)
 
 
 def _pct(values: npt.NDArray[np.float64]) -> dict[str, float | None]:
@@ -43,7 +48,7 @@ def _slo_pressure(values: npt.NDArray[np.float64], target_s: float | None) -> fl
     values = values[np.isfinite(values)]
     if target_s is None or values.size == 0:
         return 0.0
-    return float(np.percentile(values, 99)) / target_s
+    return linear_percentiles(values, (99,))[0] / target_s
 
 
 def _load(*measures: tuple[str, float]) -> tuple[float, str]:
