@@ -34,7 +34,9 @@ def result() -> dict:
 # these fail loudly once the targets are met again.
 P90_MISSED = pytest.mark.xfail(
     strict=True,
-    reason="p90 missed on the TRT-LLM DeepSeek-R1 B200 TP8 low-concurrency rows (REPORT.md)",
+    reason="throughput p90 28.0%: the TRT-LLM DeepSeek-R1 B200 TP8 low-concurrency out/GPU rows "
+    "(+29..+33%) and the gpt-oss H100 TP2 row (REPORT.md); TPOT p90 meets it since the MoE block "
+    "fit (21.9%)",
 )
 
 
@@ -65,7 +67,8 @@ def test_errors_are_reported_per_metric(result: dict) -> None:
 
 MEDIAN_MISSED = pytest.mark.xfail(
     strict=True,
-    reason="TPOT median 10.1% since the gpt-oss H100 1k/8k, 8k/1k, TP2 and TP4 rows (REPORT.md)",
+    reason="TPOT median 10.9%: the gpt-oss H100 1k/8k, 8k/1k, TP2 and TP4 rows and the TRT-LLM "
+    "DeepSeek-R1 B200 low-concurrency rows (REPORT.md)",
 )
 
 
@@ -75,8 +78,7 @@ def test_metric_within_issue_targets(result: dict, measures: str) -> None:
     assert st["median_abs_error"] <= TARGET_MEDIAN, st
 
 
-@P90_MISSED
-@pytest.mark.parametrize("measures", ["TPOT", "throughput"])
+@pytest.mark.parametrize("measures", ["TPOT", pytest.param("throughput", marks=P90_MISSED)])
 def test_metric_p90_within_issue_targets(result: dict, measures: str) -> None:
     st = result["groups"]["measures"][measures]
     assert st["p90_abs_error"] <= TARGET_P90, st

@@ -91,7 +91,13 @@ def gemm_rates(
     if grouped:
         name = "grouped_" + name
         fraction *= classes.grouped_compute_multiplier(max(1, rows_per_group))
-        hbm = min(hbm, classes.grouped_hbm_fraction)
+        # A grouped MoE kernel streams at its own measured rate (whole-block MoE rows); a
+        # weight-only one still pays its dequantizing main loop, whichever is slower.
+        hbm = (
+            classes.grouped_hbm_fraction
+            if weights_native
+            else min(hbm, classes.grouped_hbm_fraction)
+        )
     return GemmRates(
         name,
         peak * fraction,

@@ -125,6 +125,24 @@ class Kernels:
             compute_s=0.0,
         )
 
+    def moe_block_fixed(self, layers: int) -> OpCost | None:
+        """The MoE expert path's fixed latency per layer beyond its kernels' launches (routing,
+        activation quantization, finalize; the grouped class's `block_fixed_us`), or None
+        where the chip's classes charge none. Counted as overhead, like a launch."""
+        classes = self.hw.gemm_classes
+        if classes is None or classes.moe_block_fixed_s <= 0.0 or layers <= 0:
+            return None
+        t = layers * classes.moe_block_fixed_s
+        return OpCost(
+            op="moe_block_fixed",
+            flops=0.0,
+            bytes=0.0,
+            time_s=t,
+            launch_s=t,
+            bound="memory",
+            kernels=0,
+        )
+
     def comm(self, op: str, time_s: float, nbytes: float) -> OpCost:
         t = time_s * (1.0 - self.comm_overlap)
         return OpCost(op, 0.0, nbytes, t, 0.0, "communication", 0)

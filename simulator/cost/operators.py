@@ -168,6 +168,9 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
             "moe_permute_activation", Lm * routed * (2 * h + 3 * ie) * BF16_BYTES, 3 * Lm
         )
     )
+    block_fixed = k.moe_block_fixed(Lm)
+    if block_fixed is not None:
+        ops.append(block_fixed)
     if ep > 1:
         a_bytes = min(get_format(k.formats.activations).bytes_per_element, BF16_BYTES)
         # The busiest rank receives `hot` times the mean rank's routed activations.

@@ -76,6 +76,10 @@ class GroupedSpec(_Strict):
     rows_per_expert: list[Annotated[float, Field(gt=0)]]
     compute_multiplier: list[Annotated[float, Field(gt=0, le=1)]]
     hbm_fraction: Fraction1
+    # Fixed time of one MoE layer's expert path beyond its kernels' launch costs (routing,
+    # activation quantization, finalize, and the dependent launches' pipeline fill), fitted to
+    # whole-block MoE kernel rows; 0 where the chip's rows need none.
+    block_fixed_us: NonNegative = 0.0
 
     @model_validator(mode="after")
     def _curve(self) -> GroupedSpec:
@@ -117,6 +121,7 @@ class GemmClasses:
     grouped_rows: tuple[float, ...]
     grouped_multiplier: tuple[float, ...]
     grouped_hbm_fraction: float
+    moe_block_fixed_s: float = 0.0
 
     def grouped_compute_multiplier(self, rows_per_expert: float) -> float:
         """Piecewise-linear in log2(rows per expert), flat beyond the measured ends."""
@@ -145,6 +150,7 @@ class GemmClasses:
             self.grouped_rows,
             self.grouped_multiplier,
             f(self.grouped_hbm_fraction),
+            self.moe_block_fixed_s * fixed_factor,
         )
 
 
@@ -170,6 +176,7 @@ def to_gemm_classes(spec: GemmClassesSpec | None) -> GemmClasses | None:
         tuple(g.rows_per_expert),
         tuple(g.compute_multiplier),
         g.hbm_fraction,
+        g.block_fixed_us * 1e-6,
     )
 
 
