@@ -6,20 +6,19 @@ import math
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
-from heapq import heappush
+from heapq import heappop, heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, EventPriority
 
 from simulator.cost.draft import SpeculativeStepModel
-from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.serving.intake import Intake
 from simulator.serving.request import Request
 from simulator.serving.run_plan import RunPlan, plan_run
-from simulator.serving.sched_types import PlannedStep, SchedulerConfig
+from simulator.serving.sched_types import SchedulerConfig
 from simulator.serving.scheduler import Scheduler
 
 MAX_DECODE_RUN = 4096  # steps costed at once in a run of unchanged decode batches
@@ -30,15 +29,63 @@ MIN_WALK_STEPS = 2  # plain replicas: a shorter run is a normal step (run_plan c
 class Clock(simpy.Environment):
     """The simulation's environment, with events at an exact time: a run of steps ends at
     the clock summed step by step, which `now + delay` cannot always reach in one addition
-    (when `now` has its last bit set, round-half-even skips every other float)."""
+    (when `now` has its last bit set, round-half-even skips every other float). Callbacks at
+    a time (`call_later`) and the run loop (`run_until`) skip SimPy's per-event overhead
+    (processes, timeouts, the `step` call) and keep its order: (time, priority, event id)."""
 
     def timeout_at(self, when: float) -> simpy.Event:
         """An event that fires at exactly `when` (>= now), as a timeout would."""
-        ev = simpy.Event(self)
-        ev._ok = True
-        ev._value = None
+        ev = _Fired(self, [])
         heappush(self._queue, (when, NORMAL, next(self._eid), ev))
         return ev
+
+    def sleep(self, delay: float) -> simpy.Event:
+        """`timeout(delay)`: the same time and order, without Timeout's bookkeeping."""
+        ev = _Fired(self, [])
+        heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), ev))
+        return ev
+
+    def call_later(self, delay: float, fn: Callable[[simpy.Event], None],
+                   priority: EventPriority = NORMAL) -> None:
+        """Call fn at now + delay, where and when `timeout(delay)` with fn as its callback
+        would run it (a process started now runs its first step at URGENT priority)."""
+        heappush(self._queue, (self._now + delay, priority, next(self._eid), _Fired(self, [fn])))
+
+    def run_until(self, stop: simpy.Event) -> Any:
+        """`run(until=stop)`: process events in order until `stop` is processed; its value."""
+        if stop.callbacks is None:
+            return stop.value
+        stop.callbacks.append(simpy.core.StopSimulation.callback)
+        queue = self._queue
+        try:
+            while True:
+                try:
+                    self._now, _, _, event = heappop(queue)
+                except IndexError:
+                    raise RuntimeError(
+                        f'No scheduled events left but "until" event was not triggered: {stop}'
+                    ) from None
+                callbacks = event.callbacks
+                event.callbacks = None  # type: ignore[assignment]  # as simpy marks it processed
+                for callback in callbacks:
+                    callback(event)
+                if not event._ok and not hasattr(event, "_defused"):
+                    exc = type(event._value)(*event._value.args)
+                    exc.__cause__ = event._value
+                    raise exc
+        except simpy.core.StopSimulation as exc:
+            return exc.args[0]
+
+
+class _Fired(simpy.Event):
+    """A triggered event, to be processed when its turn in the queue comes (Clock)."""
+
+    def __init__(self, env: simpy.Environment, callbacks: list[Callable[[simpy.Event], None]]
+                 ) -> None:
+        self.env = env
+        self.callbacks = callbacks
+        self._ok = True
+        self._value = None
 
 
 class StepLog:
@@ -123,7 +170,7 @@ class Replica:
         """Take in what the intake releases before this step is planned; with nothing to run,
         take in everything held (an idle engine polls at once). False: nothing to plan."""
         intake = self.intake
-        if intake:
+        if intake.held:
             for r in intake.at_step_start(self._steps):
                 self._take_in(r)
             if not has_work():
@@ -136,15 +183,18 @@ class Replica:
         return False
 
     def _run(self) -> Any:
-        env, sched, log = self.env, self.sched, self.log
+        env, sched, log, intake = self.env, self.sched, self.log, self.intake
         time_s = self.model.time_s
         step_time_s = self.style.step_time_s
         fast = self.check is None and not log.detailed
-        def has_work() -> bool:
-            return sched.has_work
+        itl_s, itl_weight, decode_end_s = log.itl_s, log.itl_weight, self.decode_end_s
+        running, waiting = sched.running, sched.waiting
+
+        def has_work() -> bool:  # sched.has_work, without the property call
+            return bool(running) or len(waiting) > 0
 
         while True:
-            planned = sched.plan(env.now) if self._step_start(has_work) else None
+            planned = sched.plan(env._now) if self._step_start(has_work) else None
             if planned is None:
                 if self.intake:  # the scheduler could not plan: nothing runs, so poll now
                     for r in self.intake.drain():
@@ -164,16 +214,16 @@ class Replica:
             if self.check is not None:
                 self.check(self, planned, dt)
             self._boundary = self._steps + 1
-            yield env.timeout(dt)
-            end = env.now
+            yield env.sleep(dt)
+            end = env._now
             self._steps += 1
             self.busy_s += dt
             decoded = planned.batch.decode_seqs
             if decoded:
-                self.decode_end_s.append(end)
+                decode_end_s.append(end)
             if decoded and not self._stalled:
-                log.itl_s.append(dt)
-                log.itl_weight.append(decoded)
+                itl_s.append(dt)
+                itl_weight.append(decoded)
             else:
                 self._log_gaps(decoded, dt)
             if log.detailed:
@@ -201,9 +251,12 @@ class Replica:
                 self.on_finish(r)
             if decoded and sched.last_emitted > decoded:
                 # A step that emits n tokens for a sequence gives one gap and n-1 zeros.
-                log.itl_s.append(0.0)
-                log.itl_weight.append(float(sched.last_emitted - decoded))
-            if fast and sched.can_fast_forward():
+                itl_s.append(0.0)
+                itl_weight.append(float(sched.last_emitted - decoded))
+            # A request held for the next step or the one after leaves no walk to take (the
+            # walk would plan fewer than MIN_WALK_STEPS steps): the common case under load.
+            if (fast and not (intake.held and intake.first_release - self._steps < MIN_WALK_STEPS)
+                    and sched.can_fast_forward()):
                 yield from self._decode_walk(dt)
 
     def _decode_walk(self, last_dt: float) -> Any:
@@ -227,7 +280,7 @@ class Replica:
             # the step that takes a held request in.
             ahead = (env.peek() - env.now) / last_dt if last_dt > 0 else math.inf
             cap = int(min(MAX_DECODE_RUN, 2 * ahead + 32))
-            if intake:
+            if intake.held:
                 cap = min(cap, intake.first_release - start)
             plan = plan_run(sched, self.model, self.style, env.now, self.busy_s, self.gpu_s,
                             cap, MIN_WALK_STEPS)
@@ -247,13 +300,11 @@ class Replica:
                 if pos < stop:  # what arrived during the segment may end the run here
                     if not sched.can_fast_forward():
                         stop = pos
-                    elif intake:
+                    elif intake.held:
                         stop = min(stop, intake.first_release - start)
             if pos < plan.steps or not plan.finishing:
                 return
-            n = plan.decoders
-            last = BatchShape(decode_seqs=n, decode_context_tokens=sched.decode_kv_sum)
-            for r in sched.commit(PlannedStep(last, [], n), env.now):
+            for r in sched.commit_decode_step(plan.decoders, env._now):
                 self.finished += 1
                 self.on_finish(r)
             last_dt = plan.dts[pos - 1]

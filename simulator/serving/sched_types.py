@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from simulator.cost.shape import BatchShape
 from simulator.serving.request import Request
@@ -41,32 +41,54 @@ class PlannedStep:
     num_seqs: int
 
 
-class _Waiting:
-    """FCFS deque, or a heap by (priority, arrival order) when the policy is `priority`."""
+class _Waiting(Protocol):
+    """The waiting queue: FCFS, or by (priority, arrival order) when the policy is `priority`."""
 
-    def __init__(self, policy: str) -> None:
-        self.priority = policy == "priority"
-        self._deque: deque[Request] = deque()
-        self._heap: list[tuple[int, int, Request]] = []
+    def __len__(self) -> int: ...
 
-    def __len__(self) -> int:
-        return len(self._heap) if self.priority else len(self._deque)
-
-    def push(self, r: Request) -> None:
-        if self.priority:
-            heapq.heappush(self._heap, (r.priority, r.index, r))
-        else:
-            self._deque.append(r)
+    def push(self, r: Request) -> None: ...
 
     def push_front(self, r: Request) -> None:
         """A preempted request goes back ahead of the others (its priority keeps its place)."""
-        if self.priority:
-            heapq.heappush(self._heap, (r.priority, r.index, r))
-        else:
-            self._deque.appendleft(r)
+
+    def peek(self) -> Request: ...
+
+    def pop(self) -> Request: ...
+
+
+class _FcfsWaiting(deque[Request]):
+    """FCFS: a deque itself, so the scheduler's `len()` of it, asked a few times every step,
+    is a C call."""
+
+    push = deque.append
+    push_front = deque.appendleft
+    pop = deque.popleft
 
     def peek(self) -> Request:
-        return self._heap[0][2] if self.priority else self._deque[0]
+        return self[0]
+
+
+class _PriorityWaiting:
+    """A heap by (priority, arrival order); a preempted request keeps its place by both."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Request]] = []
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, r: Request) -> None:
+        heapq.heappush(self._heap, (r.priority, r.index, r))
+
+    push_front = push
+
+    def peek(self) -> Request:
+        return self._heap[0][2]
 
     def pop(self) -> Request:
-        return heapq.heappop(self._heap)[2] if self.priority else self._deque.popleft()
+        return heapq.heappop(self._heap)[2]
+
+
+def waiting_queue(policy: str) -> _Waiting:
+    """The waiting queue of a scheduling policy (fcfs or priority)."""
+    return _PriorityWaiting() if policy == "priority" else _FcfsWaiting()

@@ -22,7 +22,7 @@ from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
 from simulator.serving.decode_runs import DecodeRuns
 from simulator.serving.request import Request
-from simulator.serving.sched_types import PlannedStep, SchedulerConfig, _Waiting
+from simulator.serving.sched_types import PlannedStep, SchedulerConfig, waiting_queue
 from simulator.serving.speculative import SpecSchedule, close_decode_run
 
 
@@ -32,7 +32,7 @@ class Scheduler(DecodeRuns):
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
-        self.waiting = _Waiting(cfg.policy)
+        self.waiting = waiting_queue(cfg.policy)
         self.running: dict[int, Request] = {}  # admission order; popitem() gives the newest
         self.prefilling: list[Request] = []  # running requests whose prompt is not yet cached
         self.free_blocks = cfg.num_blocks
@@ -94,16 +94,16 @@ class Scheduler(DecodeRuns):
         self.num_decoding -= 1
         self.decode_kv_sum -= kv
         r.decode_epoch += 1
+        cfg = self.cfg
         if self._spec is not None:
             self._spec.add(r, -1, step)
             close_decode_run(r, step)
-        if self.cfg.reserve_full:
+        if cfg.reserve_full:
             held, r.blocks = r.blocks, 0
             return held
-        if self._spec is not None:
-            return self.blocks_for(kv)
-        self._phase[(r.decode_start_step - r.decode_start_kv) % self.cfg.block_size] -= 1
-        return self.blocks_for(kv)
+        if self._spec is None:
+            self._phase[(r.decode_start_step - r.decode_start_kv) % cfg.block_size] -= 1
+        return -(-kv // cfg.block_size)  # blocks_for(kv)
 
     def _preempt_newest(self, now_s: float) -> Request:
         """Recompute preemption of the most recently admitted running request."""
@@ -167,10 +167,13 @@ class Scheduler(DecodeRuns):
             self._reserved_phase = self.step % cfg.block_size
         else:
             decode_seqs = 0  # a prefill-only step (chunked prefill off, or no mixing)
-        budget -= decode_seqs * self._verify_per_seq(decode_seqs)  # verify feeds drafts
+        if self._spec is not None:
+            budget -= decode_seqs * self._verify_per_seq(decode_seqs)  # verify feeds drafts
+        else:
+            budget -= decode_seqs
         chunks: list[tuple[Request, int]] = []
         # Prompts already running continue with their next chunk.
-        for r in list(self.prefilling):
+        for r in list(self.prefilling) if self.prefilling else ():
             if budget <= 0:
                 break
             if r.index not in self.running:
@@ -202,12 +205,13 @@ class Scheduler(DecodeRuns):
     def _admit(self, now_s: float, budget: int, decode_seqs: int) -> list[tuple[Request, int]]:
         cfg = self.cfg
         admitted: list[tuple[Request, int]] = []
-        while len(self.waiting) and budget > 0 and len(self.running) < cfg.max_num_seqs:
-            r = self.waiting.peek()
+        waiting, running, block_size = self.waiting, self.running, cfg.block_size
+        while len(waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
+            r = waiting.peek()
             # A request whose KV arrived from a prefill replica starts with `computed` > 0.
             left = r.target - r.computed
             if cfg.chunked_prefill:
-                chunk = min(left, budget)
+                chunk = left if left < budget else budget
             elif left <= budget or not admitted:
                 # Whole prompts only; the first may exceed the budget when it is a recomputed
                 # context (prompt plus outputs), which vLLM also prefills alone.
@@ -215,15 +219,15 @@ class Scheduler(DecodeRuns):
             else:
                 break
             held = self._full_tokens(r) if cfg.reserve_full else r.computed + chunk
-            need = self.blocks_for(held)
+            need = -(-held // block_size)  # blocks_for(held)
             if need > self.free_blocks:
                 break
-            self.waiting.pop()
+            waiting.pop()
             self.free_blocks -= need
             r.blocks = need
-            if math.isnan(r.scheduled_s):
+            if r.scheduled_s != r.scheduled_s:  # NaN: never scheduled before
                 r.scheduled_s = now_s
-            self.running[r.index] = r
+            running[r.index] = r
             self.prefilling.append(r)
             admitted.append((r, chunk))
             budget -= chunk
@@ -245,14 +249,14 @@ class Scheduler(DecodeRuns):
             if r.computed + c == r.target:
                 sampled += 1
         return BatchShape(
-            prefill_tokens=tokens,
-            prefill_seqs=len(chunks),
-            prefill_attention_pairs=pairs_f,
-            prefill_context_tokens=context,
-            prefill_sampled_seqs=sampled,
-            decode_seqs=decode_seqs,
-            decode_context_tokens=self.decode_kv_sum if decode_seqs else 0,
-            speculative_tokens_per_seq=self._drafts_per_seq(decode_seqs),
+            tokens,
+            len(chunks),
+            pairs_f,
+            context,
+            sampled,
+            decode_seqs,
+            self.decode_kv_sum if decode_seqs else 0,
+            self._drafts_per_seq(decode_seqs) if self._spec is not None else 0,
         )
 
     def _drafts_per_seq(self, decode_seqs: int) -> int:
@@ -271,37 +275,18 @@ class Scheduler(DecodeRuns):
 
     def commit(self, planned: PlannedStep, end_s: float) -> list[Request]:
         """Apply the step's results at `end_s`; return the requests that finished."""
-        finished: list[Request] = []
-        step = self.step
         decoded = planned.batch.decode_seqs
         self._reserved_phase = -1
         self._spec_reserved = -1
         # Decoders' progress is implicit in the decode-step counter, so it advances only when
         # they were served: a prefill-only step (chunked prefill off) leaves them in place.
-        next_step = step + 1 if decoded else step
         if decoded:
-            # Every decoder gained one cached and one output token, or under speculation the
-            # tokens its verify step accepted, bonus included; the blocks that held the
-            # rejected drafts' KV are free again.
-            emitted = decoded
-            if self._spec is not None:
-                emitted = int(self._spec.emit[step])
-                self.free_blocks += int(self._spec.extra[step])
-                if planned.batch.speculative_tokens_per_seq:
-                    self.spec_verify_seqs += decoded
-                    self.spec_verify_emitted += emitted
-            self.last_emitted = emitted
-            self.decode_kv_sum += emitted
-            self.outstanding_tokens -= emitted
-            for r, epoch in self._finish.pop(step, ()):
-                if epoch != r.decode_epoch:
-                    continue  # it was preempted after this bucket entry was made
-                self.free_blocks += self._leave_decode(r, step + 1)
-                r.generated = r.output_tokens
-                r.decode_last_step = step
-                r.finish_s = end_s
-                del self.running[r.index]
-                finished.append(r)
+            finished = self._commit_decoders(
+                decoded, planned.batch.speculative_tokens_per_seq > 0, end_s)
+            next_step = self.step + 1
+        else:
+            finished = []
+            next_step = self.step
         for r, chunk in planned.chunks:
             r.computed += chunk
             self.outstanding_tokens -= chunk
@@ -330,24 +315,67 @@ class Scheduler(DecodeRuns):
         self.step = next_step
         return finished
 
+    def commit_decode_step(self, decoded: int, end_s: float) -> list[Request]:
+        """commit() of a pure decode step of `decoded` sequences (no chunks, no drafts),
+        without building its PlannedStep: the last step of a decode walk."""
+        self._reserved_phase = -1
+        self._spec_reserved = -1
+        finished = self._commit_decoders(decoded, False, end_s)
+        self.step += 1
+        return finished
+
+    def _commit_decoders(self, decoded: int, verified: bool, end_s: float) -> list[Request]:
+        """The decoders' part of a step's commit: their tokens, and those that finished."""
+        # Every decoder gained one cached and one output token, or under speculation the
+        # tokens its verify step accepted, bonus included; the blocks that held the
+        # rejected drafts' KV are free again.
+        step = self.step
+        emitted = decoded
+        if self._spec is not None:
+            emitted = int(self._spec.emit[step])
+            self.free_blocks += int(self._spec.extra[step])
+            if verified:
+                self.spec_verify_seqs += decoded
+                self.spec_verify_emitted += emitted
+        self.last_emitted = emitted
+        self.decode_kv_sum += emitted
+        self.outstanding_tokens -= emitted
+        finished: list[Request] = []
+        bucket = self._finish.pop(step, None)
+        if bucket is not None:
+            running = self.running
+            for r, epoch in bucket:
+                if epoch != r.decode_epoch:
+                    continue  # it was preempted after this bucket entry was made
+                self.free_blocks += self._leave_decode(r, step + 1)
+                r.generated = r.output_tokens
+                r.decode_last_step = step
+                r.finish_s = end_s
+                del running[r.index]
+                finished.append(r)
+        return finished
+
     def _enter_decode(self, r: Request, start_step: int) -> None:
+        computed = r.computed
         r.decode_start_step = start_step
-        r.decode_start_kv = r.computed
+        r.decode_start_kv = computed
         r.decode_start_generated = r.generated
         self.num_decoding += 1
-        self.decode_kv_sum += r.computed
+        self.decode_kv_sum += computed
         if self._spec is not None:
             last = self._enter_speculative(r, start_step)
         else:
-            if not self.cfg.reserve_full:
+            cfg = self.cfg
+            if not cfg.reserve_full:
                 r.blocks = 0  # from now on implicit: blocks_for(kv), one more per block boundary
-                self._phase[(start_step - r.computed) % self.cfg.block_size] += 1
+                self._phase[(start_step - computed) % cfg.block_size] += 1
             last = start_step + (r.output_tokens - r.generated) - 1
         bucket = self._finish.get(last)
         if bucket is None:
-            bucket = self._finish[last] = []
+            self._finish[last] = [(r, r.decode_epoch)]
             heapq.heappush(self._finish_steps, last)
-        bucket.append((r, r.decode_epoch))
+        else:
+            bucket.append((r, r.decode_epoch))
 
     def _enter_speculative(self, r: Request, start_step: int) -> int:
         """Draw r's emissions per verify step, book them in the schedule; its last step."""

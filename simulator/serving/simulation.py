@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from simpy.events import URGENT
 
 from simulator.inputs.deployment import DisaggregatedDeployment
 from simulator.inputs.scenario import Scenario
@@ -157,12 +158,17 @@ def run(
         first = replicas[0].sched
         fits_ever = first.fits_ever_tokens
 
+    # Python ints and floats of the stream's arrays (numpy scalars are slower to compute with).
+    input_at, output_at, priority_at = (
+        stream.input_tokens.item, stream.output_tokens.item, stream.priority.item)
+
     def send(i: int) -> bool:
         """Send request i now: through the front end, then routed to a replica; False if it
         was dropped on arrival."""
-        inp, out = int(stream.input_tokens[i]), int(stream.output_tokens[i])
-        ready = front.ready_s(env.now, inp)
-        front_end_s[i] = front.client_side_s(env.now, ready, inp)
+        inp, out = input_at(i), output_at(i)
+        now = env._now
+        ready = front.ready_s(now, inp)
+        front_end_s[i] = front.client_side_s(now, ready, inp)
         arrival_s[i] = ready  # when the engine has it; records hold engine-side instants
         reason = 0
         if inp + out > max_context:
@@ -177,19 +183,20 @@ def run(
             if state["ended"] == n and not stop.triggered:
                 stop.succeed("completed")
             return False
-        if ready > env.now:
-            env.timeout(ready - env.now).callbacks.append(lambda _e: deliver(i, inp, out))
+        if ready > now:
+            env.call_later(ready - now, lambda _e: deliver(i, inp, out))
         else:
             deliver(i, inp, out)
         return True
 
+    cap = limits.max_waiting_requests
+
     def deliver(i: int, inp: int, out: int) -> None:
         """Hand request i, past the front end, to the replica the router picks."""
-        r = make_request(i, env.now, inp, out, int(stream.priority[i]))
+        r = make_request(i, env._now, inp, out, priority_at(i))
         target = route(replicas, i)
         assert isinstance(target, Replica)
         target.submit(r)
-        cap = limits.max_waiting_requests
         if cap is not None and target.waiting_count > cap and not stop.triggered:
             stop.succeed("queue_limit")
 
@@ -209,22 +216,29 @@ def run(
     if n >= UNSTABLE_MIN_REQUESTS and stream.arrival_s[-1] > stream.arrival_s[0]:
         quarter_ends = {n * k // 4 - 1 for k in (1, 2, 3, 4)}
 
-    def open_loop() -> Any:
-        arrivals = stream.arrival_s
-        for i in range(n):
-            delay = float(arrivals[i]) - env.now  # a float clock: numpy scalars are slower
+    arrival_at = stream.arrival_s.item  # a float clock: numpy scalars are slower
+
+    def open_loop(_e: object = None) -> None:
+        """Send every request due by now, then wake at the next one's arrival (a chain of
+        callbacks, in the order a SimPy process yielding timeouts would run them)."""
+        i = state["next"]
+        while i < n:
+            delay = arrival_at(i) - env.now
             if delay > 0:
-                yield env.timeout(delay)
+                env.call_later(delay, open_loop)
+                return
             state["next"] = i + 1
             send(i)
             if i in quarter_ends:
                 queue_marks.append(sum(rep.waiting_count for rep in everyone))
+            i += 1
+        env.call_later(0.0, _done)  # where the process's own end event would be
 
     if stream.closed_loop_concurrency is not None:
         for _ in range(min(stream.closed_loop_concurrency, n)):
             send_next()
     else:
-        env.process(open_loop())
+        env.call_later(0.0, open_loop, URGENT)  # as a process started now would first run
 
     if limits.max_simulated_time_s is not None:
         horizon_s = float(limits.max_simulated_time_s)
@@ -240,7 +254,7 @@ def run(
         status = "completed"
     else:
         try:
-            status = str(env.run(until=stop))
+            status = str(env.run_until(stop))
         except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
             raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
     for rep in everyone:  # a replica asleep in a run of decode steps commits those ended
@@ -281,6 +295,10 @@ def run(
     )
 
 
+def _done(_e: object) -> None:
+    """The open loop's end: nothing waits on it."""
+
+
 class FinishedColumns:
     """The record fields of finished requests, one typed array per field, written into the
     records in blocks (vectorized) as they fill."""
@@ -290,23 +308,31 @@ class FinishedColumns:
 
     def __init__(self, records: npt.NDArray[Any]) -> None:
         self.records = records
+        self._new_columns()
+
+    def _new_columns(self) -> None:
         self.index = array("q")
         self.cols: dict[str, array[Any]] = {name: array("d") for name in self.FLOATS}
         self.cols.update({name: array("q") for name in self.INTS})
+        c = self.cols
+        self._appends = (
+            self.index.append, c["scheduled_s"].append, c["first_token_s"].append,
+            c["finish_s"].append, c["preemptions"].append, c["replica"].append,
+            c["decode_first_step"].append, c["decode_last_step"].append,
+        )
 
     FLUSH_EVERY = 4096  # rows held before they are written into the records
 
     def add(self, r: Request) -> None:
-        c = self.cols
-        self.index.append(r.index)
-        c["scheduled_s"].append(r.scheduled_s)
-        c["first_token_s"].append(r.first_token_s)
-        c["finish_s"].append(r.finish_s)
-        c["preemptions"].append(r.preemptions)
-        c["replica"].append(r.replica)
-        decoded = r.decode_last_step >= 0
-        c["decode_first_step"].append(r.decode_start_step if decoded else -1)
-        c["decode_last_step"].append(r.decode_last_step)
+        index, scheduled, first, finish, preemptions, replica, d_first, d_last = self._appends
+        index(r.index)
+        scheduled(r.scheduled_s)
+        first(r.first_token_s)
+        finish(r.finish_s)
+        preemptions(r.preemptions)
+        replica(r.replica)
+        d_first(r.decode_start_step if r.decode_last_step >= 0 else -1)
+        d_last(r.decode_last_step)
         if len(self.index) >= self.FLUSH_EVERY:
             self.scatter()
 
@@ -317,8 +343,7 @@ class FinishedColumns:
             kind = np.float64 if name in self.FLOATS else np.int64
             self.records[name][idx] = np.frombuffer(col, dtype=kind)
         del idx
-        self.index = array("q")
-        self.cols = {name: array(col.typecode) for name, col in self.cols.items()}
+        self._new_columns()
 
 
 def unstable_queue(marks: list[int], batch_cap: int) -> bool:
