@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.cli import code_cache
+from simulator import code_cache
 from simulator.serving.metrics import linear_percentiles
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,7 +159,7 @@ def test_simulate_loads_neither_numpy_ma_nor_importlib_metadata_and_simpy_knows_
 
 def test_install_routes_dataclasses_and_forward_refs_through_the_cache() -> None:
     out = _run(
-        "import simulator.cli, dataclasses, typing; from simulator.cli import code_cache as c; "
+        "import simulator.cli, dataclasses, typing; from simulator import code_cache as c; "
         "dataclasses.make_dataclass('P', [('x', int)], frozen=True); typing.ForwardRef('int'); "
         "print(sorted({m for m, _ in c._installed.codes}))"
     )

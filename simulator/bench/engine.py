@@ -87,14 +87,18 @@ def simulate_seconds(repeat: int) -> float:
         return _fresh_seconds(["-m", "simulator", "simulate", path], repeat)
 
 
-def bytecode_cached() -> bool:
-    """Whether simulator's modules load from cached bytecode (else each start compiles them,
-    as under PYTHONDONTWRITEBYTECODE before the first run that may write it)."""
+def bytecode_cached() -> str:
+    """Whether simulator's modules load from cached bytecode and the CLI's code cache
+    (simulator/code_cache.py) exists (else each start compiles them, as under
+    PYTHONDONTWRITEBYTECODE before the first run that may write them)."""
     import importlib.util
 
     import simulator.api
+    from simulator.code_cache import cache_path
 
-    return os.path.exists(importlib.util.cache_from_source(simulator.api.__file__))
+    modules = os.path.exists(importlib.util.cache_from_source(simulator.api.__file__))
+    methods = os.path.exists(cache_path()) and not os.environ.get("FRONTIER_NO_CODE_CACHE")
+    return f"{'yes' if modules else 'no'}, code cache {'yes' if methods else 'no'}"
 
 
 def run_bench(num_requests: int, repeat: int, step_evals: int) -> Iterator[str]:
@@ -107,7 +111,7 @@ def run_bench(num_requests: int, repeat: int, step_evals: int) -> Iterator[str]:
     run_s = simulate_seconds(n)
     yield (
         f"start-up (beyond a bare python, median of {n}; bytecode cached: "
-        f"{'yes' if bytecode_cached() else 'no'}): imports of `frontier --help` {cli_s:.3f} s, "
+        f"{bytecode_cached()}): imports of `frontier --help` {cli_s:.3f} s, "
         f"of `frontier simulate` {sim_s:.3f} s; `frontier simulate` of one request end to end "
         f"{run_s:.3f} s (target <= {STARTUP_TARGET_S} s)"
     )

@@ -75,8 +75,11 @@ def measure_ratios(workers: int = 2, counts: Sequence[int | None] = (None, 200, 
     return merged
 
 
+MARGIN = 0.10  # the widening of every measured range (checked by `held_out`)
+
+
 def render_bands(merged: Mapping[str, Mapping[str, list[float]]],
-                 counts: Sequence[int | None] = (None, 200, 60), margin: float = 0.10) -> str:
+                 counts: Sequence[int | None] = (None, 200, 60), margin: float = MARGIN) -> str:
     """screen_bands.yaml: per class and metric, the range of `merged`, widened by `margin`."""
     lines = ["# The sweep screen's error bands: simulated / estimated per point class and "
              "metric,", f"# min and max over the shipped sweeps and bench/screen.py band_grids()"
@@ -92,20 +95,20 @@ def render_bands(merged: Mapping[str, Mapping[str, list[float]]],
     return "\n".join(lines) + "\n"
 
 
-# How the margin was checked (README, "Screening a sweep"): the bands were measured with
+# How the margin is checked (`held_out`; README, "Screening a sweep"): bands measured with
 # band_grids()' 400-point bench grid (10 rates) in the sample, then every point of the
 # 1,000-point bench grid (25 rates, 21 of them not in the sample) simulated at 1,000 requests
 # was compared with the band that judges it (sweep/screen.py `_judging_bands`).
 HELD_OUT = (
     "# Held out: the 1,000-point bench grid of bench-sweep --screen (21 of its 25 rates are not",
-    "# in the sample): no value of its 1,000 points falls outside these bands; unwidened, 86",
-    "# values of 53 points do (misses up to 8 %: per-user p50 0.874 against a sampled 0.922 at",
-    "# moderate load, TTFT p99 of overloaded runs), hence the 10 % margin.",
+    "# in the sample): no value of its 1,000 points falls outside these bands; unwidened, 80",
+    "# values of 50 points do (misses up to 7.9 %), hence the 10 % margin. Check with:",
+    "# python -m simulator.bench.screen --held-out",
 )
 
 
 def measure_bands(workers: int = 2, counts: Sequence[int | None] = (None, 200, 60),
-                  margin: float = 0.10) -> str:
+                  margin: float = MARGIN) -> str:
     """screen_bands.yaml: per class and metric, the range of simulated / estimated over the
     shipped sweeps and `band_grids()` at each request count, widened by `margin`."""
     return render_bands(measure_ratios(workers, counts), counts, margin)
@@ -140,6 +143,45 @@ def ratios(sources: Sequence[str | Path | Mapping[str, Any]], num_requests: int 
                 for cls in pair["classes"]:
                     out[cls][col].append(s / e)
     return out
+
+
+def held_out(workers: int = 2, points: int = 1000, num_requests: int = 1000,
+             bands_path: Path | None = None) -> Iterator[str]:
+    """The check of the margin on points the bands were not measured on: every point of the
+    `bench-sweep --screen` grid, simulated and estimated, against the band that judges it (as
+    sweep/screen.py picks it), with the shipped bands and with those bands unwidened."""
+    from simulator.bench.sweep import bench_sweep_spec
+    from simulator.sweep.screen import BANDS_PATH, Band, _judging_bands, load_bands
+
+    shipped = load_bands(bands_path or BANDS_PATH)
+    raw = {cls: {col: Band(b.lo / (1 - MARGIN), b.hi / (1 + MARGIN)) for col, b in m.items()}
+           for cls, m in shipped.items()}
+    ex = expand(load_sweep(bench_sweep_spec(points, num_requests)))
+    pairs: list[Record] = []
+    run_local([Task(p.key, p.values, p.scenario) for p in ex.points], workers, pairs.append,
+              _pair_record)
+    for name, bands in (("shipped bands", shipped), (f"unwidened (no {MARGIN:.0%})", raw)):
+        values, at, worst = 0, set(), 0.0
+        for rec in pairs:
+            pair = rec["result"] or {}
+            est, sim = pair["est"], pair["sim"]
+            if (est["point_status"] != "estimated" or sim["point_status"] != "ok"
+                    or est["result"]["refused"]):
+                continue
+            row = flatten(sim["result"])
+            for col in PREDICTED:
+                e, v = est["result"]["estimate"][col], number(row, col)
+                band = (_judging_bands(bands, pair["classes"], [col]) or {}).get(col)
+                if v is None or band is None or not 0 < e < float("inf"):
+                    continue
+                r = v / e
+                if not band.lo <= r <= band.hi:
+                    values += 1
+                    at.add(rec["key"])
+                    worst = max(worst, band.lo / r - 1, r / band.hi - 1)
+        yield (f"held out, {len(pairs):,} points of the {points:,}-point bench grid at "
+               f"{num_requests:,} requests, {name}: {values} values of {len(at)} points outside "
+               f"the band that judges them (worst miss {worst:.1%})")
 
 
 def band_lines(found: Mapping[str, Mapping[str, list[float]]]) -> Iterator[str]:
@@ -203,6 +245,11 @@ if __name__ == "__main__":
 
     # python -m simulator.bench.screen [RAW.json]: measure and print screen_bands.yaml; with
     # RAW.json, also keep the measured ratios there (or re-render from it if it exists).
+    # python -m simulator.bench.screen --held-out [BANDS.yaml]: the check of the margin.
+    if sys.argv[1:2] == ["--held-out"]:
+        for line in held_out(bands_path=Path(sys.argv[2]) if len(sys.argv) > 2 else None):
+            print(line)
+        sys.exit(0)
     raw = Path(sys.argv[1]) if len(sys.argv) > 1 else None
     if raw is not None and raw.exists():
         found = json.loads(raw.read_text())

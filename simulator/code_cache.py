@@ -95,7 +95,7 @@ def _read(path: str) -> dict[Key, CodeType]:
 def cache_path() -> str:
     """Where the cache lives: the package's `__pycache__` (or sys.pycache_prefix), one file
     per interpreter version, as importlib places bytecode."""
-    notional = os.path.join(os.path.dirname(os.path.dirname(__file__)), "stdlib_code.py")
+    notional = os.path.join(os.path.dirname(__file__), "stdlib_code.py")
     return os.path.splitext(importlib.util.cache_from_source(notional))[0] + ".marshal"
 
 
