@@ -147,12 +147,18 @@ def test_eagle3_draft_is_k_passes_of_one_layer_plus_lm_head() -> None:
         head.time_s(BatchShape(decode_seqs=n, decode_context_tokens=ctx + j * n))
         for j in range(3)
     )
-    assert model.draft_s(b) == pytest.approx(hand)
+    # Once per step the fc fuses 3 target hidden states of the k + 1 = 4 verified positions of
+    # each sequence: M = 16, N = 4096, K = 3 x 4096 = 12288 in BF16 streams 4096 x 12288 x 2 B
+    # + 16 x 12288 x 2 B + 16 x 4096 x 2 B = 101.2 MB at 0.80 x 3.35 TB/s = 37.7 us, plus
+    # the 1.5 us launch (its tiles, 32 x 4-way split K, take 10.3 us: memory-bound).
+    fc_s = (4096 * 12288 * 2 + 16 * 12288 * 2 + 16 * 4096 * 2) / (0.80 * 3.35e12) + 1.5e-6
+    assert fc_s == pytest.approx(39.3e-6, rel=0.01)
+    assert model.draft_s(b) == pytest.approx(hand + fc_s)
     # the head is one of 32 layers: each pass costs well under a target decode step
     plain = target.time_s(BatchShape(decode_seqs=n, decode_context_tokens=ctx))
     assert hand / 3 < 0.35 * plain
     # verify = the target over k+1 positions per sequence
-    assert model.time_s(b) == pytest.approx(target.time_s(b) + hand)
+    assert model.time_s(b) == pytest.approx(target.time_s(b) + hand + fc_s)
 
 
 def test_verify_is_nearly_free_at_small_batch_and_not_at_large() -> None:

@@ -65,12 +65,17 @@ def test_draft_passes_after_the_first_expand_top_k_tokens() -> None:
                                speculative_tokens_per_seq=9))
         for j in range(1, 6)
     )
-    assert model.draft_s(b) == pytest.approx(hand)
-    # Each wide pass's head GEMMs do 10x the FLOPs of a one-token pass: qkv at M = 2 x 10 =
-    # 20 rows is 2 x 20 x 6144 x 4096 = 1.007 GFLOP against 0.101 GFLOP.
+    # Plus the fc, once per step: the k + 1 = 7 chain positions of each of the 2 sequences,
+    # M = 14, 3 x 4096 -> 4096 in BF16: (4096 x 12288 + 14 x 12288 + 14 x 4096) x 2 B =
+    # 101.1 MB at 0.80 x 3.35 TB/s = 37.7 us + 1.5 us launch.
+    fc_s = (4096 * 12288 + 14 * 12288 + 14 * 4096) * 2 / (0.80 * 3.35e12) + 1.5e-6
+    assert model.draft_s(b) == pytest.approx(hand + fc_s)
+    # Each wide pass's head GEMMs do 10x the FLOPs of a one-token pass: qkv reads the
+    # [embedding; hidden] concatenation, K = 2 x 4096, so at M = 2 x 10 = 20 rows it is
+    # 2 x 20 x 6144 x 8192 = 2.013 GFLOP against 0.201 GFLOP.
     wide = next(o for o in head.cost(shapes[1]).ops if o.op == "qkv_proj")
     one = next(o for o in head.cost(shapes[0]).ops if o.op == "qkv_proj")
-    assert wide.flops == pytest.approx(2 * 20 * 6144 * 4096)
+    assert wide.flops == pytest.approx(2 * 20 * 6144 * 8192)
     assert wide.flops == pytest.approx(10 * one.flops)
 
 
@@ -135,3 +140,16 @@ def test_estimate_notes_the_tree() -> None:
     out = estimate(scenario({**CHAIN, **TREE}, concurrency=4, requests=8, out_tokens=64))
     notes = " ".join(out.to_dict().get("notes", []))
     assert "a 60-token tree of depth 6" in notes
+
+
+def test_eagle3_head_shape_widened_attention_input_and_fc() -> None:
+    # vLLM llama_eagle3.py: the head's q/k/v read [embedding; hidden] (2 x 4096 for
+    # Llama-3.1-8B) and its fc maps 3 x 4096 -> 4096. Parameters:
+    # q 8192 x 4096 = 33.55M, k and v 2 x 8192 x 1024 = 16.78M, o 4096 x 4096 = 16.78M,
+    # MLP 3 x 4096 x 14336 = 176.16M, fc 3 x 4096 x 4096 = 50.33M, embedding and LM head over
+    # the 32K draft vocabulary 2 x 32000 x 4096 = 262.14M, norms 3 x 4096.
+    head = eagle_head(_model(CHAIN).target.arch)
+    assert head.attention_input_size == 8192
+    hand = (33_554_432 + 16_777_216 + 16_777_216 + 176_160_768 + 50_331_648
+            + 262_144_000 + 3 * 4096)
+    assert head.total_params == hand

@@ -38,13 +38,21 @@ PARALLEL = frozenset({"dflash", "dspark"})
 EAGLE3_DRAFT_VOCAB = 32_000
 
 
+# EAGLE-3 fuses the target's low, middle and high layer hidden states (vLLM llama_eagle3.py:
+# fc input 3 x target_hidden_size).
+EAGLE3_FUSED_LAYERS = 3
+
+
 def eagle_head(arch: Architecture) -> Architecture:
     """One dense decoder layer at the target's width with a draft-vocabulary LM head (the
-    EAGLE-3 draft head)."""
+    EAGLE-3 draft head): its attention reads [token embedding; hidden state], 2 x hidden
+    wide, and its fc fuses three target hidden states (3 x hidden -> hidden)."""
     return dataclasses.replace(
         arch,
         name=f"{arch.name} eagle3 head",
         num_layers=1,
+        qkv_input_size=2 * arch.hidden_size,
+        fused_hidden_states=EAGLE3_FUSED_LAYERS,
         vocab_size=min(arch.vocab_size, EAGLE3_DRAFT_VOCAB),
         moe=None,
         sliding_window=None,
@@ -120,6 +128,19 @@ class SpeculativeStepModel:
             return b
         return dataclasses.replace(b, speculative_tokens_per_seq=self.tree_tokens - 1)
 
+    def fuse_ops(self, b: BatchShape) -> list[OpCost]:
+        """The drafter's input projection, once per step: EAGLE-3's fc fuses the target hidden
+        states of the positions the target just verified along the chain, k + 1 per sequence
+        (the accepted path of a tree is at most that long), 3 x hidden -> hidden each."""
+        k, n = b.speculative_tokens_per_seq, b.decode_seqs
+        if self.drafter is None or k == 0 or n == 0:
+            return []
+        a = self.drafter.arch
+        if a.fused_hidden_states == 0:
+            return []
+        h = a.hidden_size
+        return [self.drafter.gemm("fuse_hidden_fc", n * (k + 1), h, a.fused_hidden_states * h, 1)]
+
     def draft_s(self, b: BatchShape) -> float:
         """GPU seconds of the drafter's passes for `b` (memoized by decoders, k and context)."""
         if self.drafter is None or b.speculative_tokens_per_seq == 0 or b.decode_seqs == 0:
@@ -128,7 +149,8 @@ class SpeculativeStepModel:
         t = self._draft_cache.get(key)
         if t is None:
             drafter = self.drafter
-            t = sum(drafter.time_s(s) for s in self.draft_shapes(b))
+            t = sum(o.time_s for o in self.fuse_ops(b))
+            t += sum(drafter.time_s(s) for s in self.draft_shapes(b))
             if len(self._draft_cache) < 1_000_000:
                 self._draft_cache[key] = t
         return t
@@ -149,8 +171,10 @@ class SpeculativeStepModel:
         compute, memory, comm, overhead = (
             verify.compute_s, verify.memory_s, verify.communication_s, verify.overhead_s
         )
-        for shape in self.draft_shapes(b):
-            c = self.drafter.cost(shape)
+        fuse = self.fuse_ops(b)
+        costs = [StepCost.from_ops(fuse)] if fuse else []
+        costs.extend(self.drafter.cost(shape) for shape in self.draft_shapes(b))
+        for c in costs:
             rows.extend(dataclasses.replace(o, op=f"draft_{o.op}") for o in c.ops)
             compute += c.compute_s
             memory += c.memory_s

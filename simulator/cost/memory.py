@@ -53,8 +53,9 @@ def attention_weight_params_per_gpu(arch: Architecture, tp: int) -> float:
         sharded = q_in * nh * qk_head + m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
         sharded += nh * m.v_head_dim * h
         return replicated + sharded / tp
-    q_and_o = 2 * h * arch.num_attention_heads * arch.head_dim / tp
-    kv = 2 * h * kv_heads_per_gpu(arch, tp) * arch.head_dim
+    h_in = arch.attention_input_size  # q/k/v read h_in; o writes h
+    q_and_o = (h_in + h) * arch.num_attention_heads * arch.head_dim / tp
+    kv = 2 * h_in * kv_heads_per_gpu(arch, tp) * arch.head_dim
     return q_and_o + kv
 
 
@@ -85,6 +86,7 @@ def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: F
         bf16_params += attn
     else:
         linear += attn
+    linear += arch.fuse_params  # EAGLE-3's fc is replicated on every GPU
     linear_bytes = share * (linear * wb + bf16_params * BF16_BYTES)
     # Vocab-parallel embedding and LM head over TP; with PP they sit on the first/last stage.
     embed = arch.embedding_params / layout.tensor_parallel

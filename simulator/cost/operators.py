@@ -51,7 +51,8 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
         ops.append(k.elementwise("embedding", ma * h * BF16_BYTES, 1))
         if a.mla is None:
             qkv_n = (a.num_attention_heads // tp + 2 * _kv_heads_per_gpu(a, tp)) * a.head_dim
-            ops.append(k.gemm("qkv_proj", ma, qkv_n, h, L, bf16=bf16_attn))
+            h_in = a.attention_input_size
+            ops.append(k.gemm("qkv_proj", ma, qkv_n, h_in, L, bf16=bf16_attn))
             o_k = a.num_attention_heads // tp * a.head_dim
         else:
             m, heads = a.mla, a.num_attention_heads // tp

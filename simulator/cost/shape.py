@@ -65,6 +65,15 @@ class StepCost:
     communication_s: float
     overhead_s: float
 
+    @classmethod
+    def from_ops(cls, ops: list[OpCost]) -> StepCost:
+        """The step of `ops`: each row's core time by its bound, launches as overhead."""
+        compute = sum(o.core_s for o in ops if o.bound == "compute")
+        memory = sum(o.core_s for o in ops if o.bound == "memory")
+        comm = sum(o.time_s for o in ops if o.bound == "communication")
+        overhead = sum(o.launch_s for o in ops)
+        return cls(compute + memory + comm + overhead, tuple(ops), compute, memory, comm, overhead)
+
     @property
     def bound(self) -> str:
         kinds = {

@@ -75,13 +75,7 @@ class StepModel(Kernels):
         ops = self.token_ops(b.tokens)
         ops[1:1] = self.attention_ops(b)
         ops.extend(self.head_ops(b.sampled_rows))
-        compute = sum(o.core_s for o in ops if o.bound == "compute")
-        memory = sum(o.core_s for o in ops if o.bound == "memory")
-        comm = sum(o.time_s for o in ops if o.bound == "communication")
-        overhead = sum(o.launch_s for o in ops)
-        return StepCost(
-            compute + memory + comm + overhead, tuple(ops), compute, memory, comm, overhead
-        )
+        return StepCost.from_ops(ops)
 
     def _token_and_head_s(self, tokens: int, rows: int) -> float:
         """Time of everything but attention: memoized, it depends only on the two counts."""

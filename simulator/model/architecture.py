@@ -62,6 +62,14 @@ class Architecture:
     # The checkpoint keeps its attention projections in BF16 whatever the weight format
     # (quantization_config.modules_to_not_convert names self_attn, as gpt-oss does).
     bf16_attention: bool = False
+    # Width of the attention projections' input (0: hidden_size). An EAGLE-3 draft head's one
+    # layer attends over [token embedding; fused hidden state], 2 x hidden (vLLM
+    # llama_eagle3.py: qkv_input_size = 2 * hidden_size for layer 0).
+    qkv_input_size: int = 0
+    # Target hidden states an input projection fuses into one (0: none). EAGLE-3 concatenates
+    # three of the target's layers and projects 3 x hidden -> hidden once per step, replicated
+    # on every GPU (vLLM llama_eagle3.py `fc`, a ReplicatedLinear).
+    fused_hidden_states: int = 0
 
     # --- derived counts, used by the cost model and the parameter-count tests ---
 
@@ -89,6 +97,16 @@ class Architecture:
         return self.num_attention_heads * self.head_dim
 
     @property
+    def attention_input_size(self) -> int:
+        """Input width of the q/k/v projections (hidden_size unless the layer widens it)."""
+        return self.qkv_input_size or self.hidden_size
+
+    @property
+    def fuse_params(self) -> int:
+        """Parameters of the input projection fusing `fused_hidden_states` hidden states."""
+        return self.fused_hidden_states * self.hidden_size * self.hidden_size
+
+    @property
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
         if self.mla is not None:
@@ -103,8 +121,9 @@ class Architecture:
             kv_up = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
             o = nh * m.v_head_dim * h
             return q + kv_down + kv_up + o
-        q = h * self.num_attention_heads * self.head_dim
-        kv = 2 * h * self.num_kv_heads * self.head_dim
+        h_in = self.attention_input_size
+        q = h_in * self.num_attention_heads * self.head_dim
+        kv = 2 * h_in * self.num_kv_heads * self.head_dim
         o = self.num_attention_heads * self.head_dim * h
         bias = 0
         if self.attention_bias:
@@ -161,6 +180,7 @@ class Architecture:
                 + self.router_params_per_layer
             )
             n += self.num_moe_layers * per_moe_layer
+        n += self.fuse_params
         return n + self.embedding_params + self.lm_head_params + self.norm_params
 
     @property
