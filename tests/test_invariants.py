@@ -105,8 +105,8 @@ def test_admission_that_forgets_its_block_reservation_trips_kv_blocks(
 ) -> None:
     admit = Scheduler._admit
 
-    def leaky(self: Scheduler, now_s: float, budget: int, decode_seqs: int) -> Any:
-        admitted = admit(self, now_s, budget, decode_seqs)
+    def leaky(self: Scheduler, now_s: float, budget: int, decode_seqs: int, chunks: Any) -> Any:
+        admitted = admit(self, now_s, budget, decode_seqs, chunks)
         self.free_blocks += sum(r.blocks for r, _ in admitted)  # reserved, then forgotten
         return admitted
 
@@ -147,11 +147,11 @@ def test_ignoring_max_num_seqs_trips_running_seqs(monkeypatch: pytest.MonkeyPatc
     s["deployment"] = {"scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 65536}}
     admit = Scheduler._admit
 
-    def greedy(self: Scheduler, now_s: float, budget: int, decode_seqs: int) -> Any:
+    def greedy(self: Scheduler, now_s: float, budget: int, decode_seqs: int, chunks: Any) -> Any:
         cfg = self.cfg
         object.__setattr__(cfg, "max_num_seqs", 1000)  # the scheduler forgets its cap...
         try:
-            return admit(self, now_s, budget, decode_seqs)
+            return admit(self, now_s, budget, decode_seqs, chunks)
         finally:
             object.__setattr__(cfg, "max_num_seqs", 4)  # ...the checker still knows it
 

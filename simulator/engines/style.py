@@ -56,6 +56,10 @@ class _StyleFile(BaseModel):
     # The front end is one process that ingests and tokenizes requests one at a time, so a
     # burst of arrivals queues for it before reaching the engine (serving/front_end.py).
     serial_front_end: bool = False
+    # Default cap on the new prompt tokens one prefill step takes in (SGLang's
+    # --max-prefill-tokens): further requests wait for the next step unless they fit whole.
+    # None: no cap beyond the step's token budget.
+    max_prefill_tokens: Annotated[int, Field(ge=1)] | None = None
     source: str
 
 
@@ -90,6 +94,7 @@ class EngineStyle:
     schedules_ahead: bool = False
     prefill_emits_first_token: bool = False
     serial_front_end: bool = False
+    max_prefill_tokens: int | None = None
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -135,5 +140,6 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
             f.schedules_ahead,
             f.prefill_emits_first_token,
             f.serial_front_end,
+            f.max_prefill_tokens,
         )
     return styles

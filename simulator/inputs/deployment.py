@@ -63,6 +63,9 @@ class Scheduler(_Strict):
     # Poll the input queue every this many steps (SGLang --scheduler-recv-interval, default 1:
     # "The interval to poll requests in scheduler"); a request arriving between polls waits.
     recv_interval_steps: Annotated[int, Field(ge=1, le=1024)] = 1
+    # New prompt tokens one prefill step admits (SGLang --max-prefill-tokens); None takes the
+    # engine style's default (engines/engine_styles.yaml; SGLang 16384, others no cap).
+    max_prefill_tokens: PosInt | None = None
 
     @field_validator("block_size")
     @classmethod

@@ -181,6 +181,9 @@ def _build_engine(
         style.kv_admission == "reserve_full",
         style.mix_prefill_decode,
         recv_interval_steps=s.recv_interval_steps,
+        max_prefill_tokens=(
+            s.max_prefill_tokens if s.max_prefill_tokens is not None else style.max_prefill_tokens
+        ),
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
 

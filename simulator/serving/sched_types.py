@@ -30,6 +30,11 @@ class SchedulerConfig:
     # The engine takes new requests into its scheduler only every this many steps (SGLang's
     # --scheduler-recv-interval; 1 everywhere else). See serving/intake.py.
     recv_interval_steps: int = 1
+    # Cap on the prompt tokens of one step's prefill work (SGLang's --max-prefill-tokens, its
+    # PrefillAdder rem_input_tokens): once a step holds prefill work, a waiting request is
+    # taken only if its whole remaining prompt fits under the cap (the first request of a step
+    # always enters, cut by the step budget). None: no cap beyond max_num_batched_tokens.
+    max_prefill_tokens: int | None = None
 
 
 @dataclass(slots=True)

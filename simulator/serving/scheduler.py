@@ -197,19 +197,26 @@ class Scheduler(DecodeRuns):
             budget -= sum(c for _, c in chunks)
         # Admit waiting requests, unless this step had to preempt (vLLM v1 does the same).
         if not preempted:
-            chunks.extend(self._admit(now_s, budget, decode_seqs))
+            chunks.extend(self._admit(now_s, budget, decode_seqs, chunks))
         if not chunks and decode_seqs == 0:
             return None
         return PlannedStep(self._shape(chunks, decode_seqs), chunks, decode_seqs + len(chunks))
 
-    def _admit(self, now_s: float, budget: int, decode_seqs: int) -> list[tuple[Request, int]]:
+    def _admit(self, now_s: float, budget: int, decode_seqs: int,
+               running_chunks: list[tuple[Request, int]]) -> list[tuple[Request, int]]:
         cfg = self.cfg
         admitted: list[tuple[Request, int]] = []
+        # SGLang's prefill input cap counts the step's continuing chunks and, when mixed, its
+        # decodes; past the first request, one enters only if its whole remainder fits.
+        cap = cfg.max_prefill_tokens
+        cap_left = None if cap is None else cap - decode_seqs - sum(c for _, c in running_chunks)
         waiting, running, block_size = self.waiting, self.running, cfg.block_size
         while len(waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
             r = waiting.peek()
             # A request whose KV arrived from a prefill replica starts with `computed` > 0.
             left = r.target - r.computed
+            if cap_left is not None and left > cap_left and (admitted or running_chunks):
+                break
             if cfg.chunked_prefill:
                 chunk = left if left < budget else budget
             elif left <= budget or not admitted:
@@ -231,6 +238,8 @@ class Scheduler(DecodeRuns):
             self.prefilling.append(r)
             admitted.append((r, chunk))
             budget -= chunk
+            if cap_left is not None:
+                cap_left -= chunk
         return admitted
 
     @staticmethod

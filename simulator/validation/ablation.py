@@ -73,6 +73,14 @@ def _no_wait(e: Engine) -> Engine:
     )
 
 
+def _no_prefill_cap(e: Engine) -> Engine:
+    return replace(
+        e,
+        style=replace(e.style, max_prefill_tokens=None),
+        scheduler=replace(e.scheduler, max_prefill_tokens=None),
+    )
+
+
 def _attention_at_weight_format(s: dict[str, Any]) -> dict[str, Any]:
     s = copy.deepcopy(s)
     s["deployment"]["precision"]["keep_attention_bf16"] = False
@@ -91,6 +99,9 @@ CAUSES: tuple[Cause, ...] = (
     Cause("2b", "scheduling wait (lookahead, poll interval)",
           "arrivals join the next step; poll every step",
           engine=_each_pool(_no_wait)),
+    Cause("2c", "prefill input cap (SGLang --max-prefill-tokens)",
+          "a prefill step fills its whole token budget (no cap)",
+          engine=_each_pool(_no_prefill_cap)),
     Cause("3", "kernel-class GEMM efficiency", "profile's gemm_classes dropped (flat fractions)",
           hardware=lambda hw: replace(hw, gemm_classes=None)),
     Cause("4", "per-module precision",
