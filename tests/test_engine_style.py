@@ -98,12 +98,21 @@ def test_vllm_02_timeline_adds_serial_host_and_ingest_and_never_mixes() -> None:
     (100 in / 3 out) at t=0, b (100 in / 3 out) arriving during a's first decode step. Each
     step costs GPU + 6.6 ms host in series, and b's prompt runs in a prefill-only step (a's
     decoding pauses for it) before one decode step carries both: a's token 3 at 101 cached
-    tokens and b's token 2 at 100. The client TTFT adds 18 ms ingest + 100 x 10 us."""
+    tokens and b's token 2 at 100. The client TTFT adds 18 ms ingest + 100 x 10 us. Every
+    step's GPU part is held to the style's dispatch floor, 32 layers x 0.46 ms = 14.72 ms,
+    which on an H100 is longer than any of these 8B steps."""
     from simulator.api import simulate
+    from simulator.cost.shape import BatchShape
     from tests.test_serving import decode, make, prefill, step_timer
 
     host = 6.6e-3
-    t = step_timer(make())
+    floor = 32 * 0.46e-3
+    timer = step_timer(make())
+
+    def t(batch: BatchShape) -> float:
+        return max(timer(batch), floor)
+
+    assert timer(prefill(100)) < floor and timer(decode(2, 201)) < floor
     first = t(prefill(100)) + host
     step1 = t(decode(1, 100)) + host
     gap = first + step1 / 2  # b arrives halfway through a's first decode step

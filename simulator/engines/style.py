@@ -9,7 +9,7 @@ the GPU step. The figures live in engine_styles.yaml with their sources, not in 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -60,6 +60,10 @@ class _StyleFile(BaseModel):
     # --max-prefill-tokens): further requests wait for the next step unless they fit whole.
     # None: no cap beyond the step's token budget.
     max_prefill_tokens: Annotated[int, Field(ge=1)] | None = None
+    # Host dispatch per transformer layer per step that the GPU runs behind (an eager-mode
+    # engine launches each layer's kernels from Python), so a step's GPU part takes at least
+    # layers-per-stage x this. None = unknown (no floor).
+    dispatch_us_per_layer: Annotated[float, Field(ge=0)] | None = None
     source: str
 
 
@@ -95,14 +99,29 @@ class EngineStyle:
     prefill_emits_first_token: bool = False
     serial_front_end: bool = False
     max_prefill_tokens: int | None = None
+    dispatch_s_per_layer: float = 0.0
+    # layers of one pipeline stage x dispatch_s_per_layer, set when an engine is built
+    # (serving/engine_build.py): the least time a step's GPU part can take
+    dispatch_floor_s: float = 0.0
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
 
+    def gpu_part_s(self, gpu_time_s: float) -> float:
+        """The GPU part of a step, held up to the dispatch floor when the host launches the
+        layers slower than the GPU runs them."""
+        floor = self.dispatch_floor_s
+        return gpu_time_s if gpu_time_s >= floor else floor
+
     def step_time_s(self, gpu_time_s: float, num_seqs: int) -> float:
         """Wall time of a step: host and GPU in series, or overlapped (the longer one wins)."""
         host = self.host_time_s(num_seqs)
-        return max(gpu_time_s, host) if self.overlap_cpu_with_gpu else gpu_time_s + host
+        gpu = self.gpu_part_s(gpu_time_s)
+        return max(gpu, host) if self.overlap_cpu_with_gpu else gpu + host
+
+    def with_layers(self, layers_per_stage: float) -> EngineStyle:
+        """The style of one engine whose pipeline stages hold `layers_per_stage` layers."""
+        return replace(self, dispatch_floor_s=self.dispatch_s_per_layer * layers_per_stage)
 
 
 def load_engine_styles(path: Path = STYLES_PATH) -> dict[str, EngineStyle]:
@@ -141,5 +160,6 @@ def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
             f.prefill_emits_first_token,
             f.serial_front_end,
             f.max_prefill_tokens,
+            (f.dispatch_us_per_layer or 0.0) * 1e-6,
         )
     return styles

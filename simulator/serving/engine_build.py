@@ -145,7 +145,9 @@ def _build_engine(
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
     step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)
     s = dep.scheduler
-    style = load_engine_styles()[dep.engine]
+    style = load_engine_styles()[dep.engine].with_layers(
+        arch.num_layers / layout.pipeline_parallel
+    )
     budget = memory_budget(
         arch,
         hw,

@@ -203,8 +203,8 @@ class RankedReplica(Replica):
         run = ranked_decode_run(self.ranked_model, decoders, [s.decode_kv_sum for s in scheds],
                                 cap)
         host_s = self.style.host_time_s(max(decoders))
-        dts = (np.maximum(run.time_s, host_s) if self.style.overlap_cpu_with_gpu
-               else run.time_s + host_s)
+        gpu = np.maximum(run.time_s, self.style.dispatch_floor_s)
+        dts = np.maximum(gpu, host_s) if self.style.overlap_cpu_with_gpu else gpu + host_s
         ends = np.cumsum(np.concatenate(([now], dts)))[1:]
         steps = int(np.searchsorted(ends, env.peek(), side="left"))
         for j in active:  # stop before any rank would have to preempt

@@ -52,10 +52,12 @@ def plan_run(sched: Scheduler, model: StepModel, style: EngineStyle, now: float,
     else:
         gpu = model.decode_step_times_s(n, kv, steps)
     host_s = style.host_time_s(n)
+    floor = style.dispatch_floor_s
+    held = [g if g >= floor else floor for g in gpu] if floor > 0 else gpu
     if style.overlap_cpu_with_gpu:
-        dts = [g if g >= host_s else host_s for g in gpu]
+        dts = [g if g >= host_s else host_s for g in held]
     else:
-        dts = [g + host_s for g in gpu]
+        dts = [g + host_s for g in held]
     ends = list(accumulate(dts, initial=now))[1:]
     busy = list(accumulate(dts, initial=busy_s))
     return RunPlan(n, dts, ends, busy, list(accumulate(gpu, initial=gpu_s)), steps,
