@@ -100,3 +100,24 @@ def test_positions_past_the_published_ones_are_unknown(tmp_path: Path) -> None:
     assert p.returncode == 2, p.stderr
     assert "position 6 on is unknown" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_mtp_pass_pays_its_bf16_eh_proj() -> None:
+    # Each MTP pass first projects [norm(embedding); norm(hidden)] with eh_proj, a replicated
+    # BF16 nn.Linear of 2 x 7168 -> 7168 (vLLM deepseek_mtp.py). At batch 1 on H200 it streams
+    # 7168 x 14336 x 2 B + 14336 x 2 B + 7168 x 2 B = 205.57 MB at 0.78 x 4.8 TB/s = 54.9 us
+    # (its tiles, 56 x 2-way split K, take 18.9 + 2.2 us: memory-bound), + 1.5 us launch, in
+    # each of the k = 3 passes: 169.2 us a step.
+    e = _r1_engine()
+    b = BatchShape(decode_seqs=1, decode_context_tokens=2048, speculative_tokens_per_seq=3)
+    (op,) = e.model.fuse_ops(b)
+    per_pass = (7168 * 14336 + 14336 + 7168) * 2 / (0.78 * 4.8e12) + 1.5e-6
+    assert op.op == "mtp_eh_proj"
+    assert op.time_s == pytest.approx(3 * per_pass, rel=1e-9)
+    assert 3 * per_pass == pytest.approx(169.2e-6, rel=0.005)
+    drafter = e.model.drafter
+    assert drafter is not None
+    passes = sum(drafter.time_s(s) for s in e.model.draft_shapes(b))
+    assert e.model.draft_s(b) == pytest.approx(passes + op.time_s)
+    # Its weights sit in BF16 on every GPU: 2 x 7168 x 7168 parameters = 102.8M.
+    assert drafter.arch.fuse_params == 2 * 7168 * 7168

@@ -43,6 +43,11 @@ EAGLE3_DRAFT_VOCAB = 32_000
 EAGLE3_FUSED_LAYERS = 3
 
 
+# A DeepSeek-V3 MTP module projects [norm(embedding); norm(previous hidden)] back to the hidden
+# width before its decoder block (eh_proj, 2 x hidden -> hidden; DeepSeek-V3 report section 2.2).
+MTP_FUSED_INPUTS = 2
+
+
 def eagle_head(arch: Architecture) -> Architecture:
     """One dense decoder layer at the target's width with a draft-vocabulary LM head (the
     EAGLE-3 draft head): its attention reads [token embedding; hidden state], 2 x hidden
@@ -62,7 +67,8 @@ def eagle_head(arch: Architecture) -> Architecture:
 
 
 def mtp_module(arch: Architecture) -> Architecture:
-    """The model's own MTP layers: decoder layers of the target's kind (MoE where it is)."""
+    """The model's own MTP layers: decoder layers of the target's kind (MoE where it is),
+    each behind its eh_proj input projection."""
     if arch.num_mtp_layers < 1:
         raise ValueError(
             f"speculative.method: mtp needs a model with multi-token-prediction layers; "
@@ -75,6 +81,7 @@ def mtp_module(arch: Architecture) -> Architecture:
         arch,
         name=f"{arch.name} mtp",
         num_layers=arch.num_mtp_layers,
+        fused_hidden_states=MTP_FUSED_INPUTS,
         moe=moe,
         sliding_window=None,
         num_sliding_layers=0,
@@ -129,17 +136,21 @@ class SpeculativeStepModel:
         return dataclasses.replace(b, speculative_tokens_per_seq=self.tree_tokens - 1)
 
     def fuse_ops(self, b: BatchShape) -> list[OpCost]:
-        """The drafter's input projection, once per step: EAGLE-3's fc fuses the target hidden
-        states of the positions the target just verified along the chain, k + 1 per sequence
-        (the accepted path of a tree is at most that long), 3 x hidden -> hidden each."""
+        """The drafter's input projection, a replicated BF16 linear. EAGLE-3's fc runs once per
+        step on the target hidden states of the positions just verified along the chain, k + 1
+        per sequence (a tree's accepted path is at most that long), 3 x hidden -> hidden. MTP's
+        eh_proj runs in every draft pass on that pass's token per sequence, [embedding;
+        hidden] 2 x hidden -> hidden (vLLM deepseek_mtp.py: a plain nn.Linear)."""
         k, n = b.speculative_tokens_per_seq, b.decode_seqs
         if self.drafter is None or k == 0 or n == 0:
             return []
         a = self.drafter.arch
         if a.fused_hidden_states == 0:
             return []
-        h = a.hidden_size
-        return [self.drafter.gemm("fuse_hidden_fc", n * (k + 1), h, a.fused_hidden_states * h, 1)]
+        h, width = a.hidden_size, a.fused_hidden_states * a.hidden_size
+        if self.method == "mtp":  # k passes, one launch each
+            return [self.drafter.gemm("mtp_eh_proj", n, h, width, k, bf16=True)]
+        return [self.drafter.gemm("fuse_hidden_fc", n * (k + 1), h, width, 1, bf16=True)]
 
     def draft_s(self, b: BatchShape) -> float:
         """GPU seconds of the drafter's passes for `b` (memoized by decoders, k and context)."""

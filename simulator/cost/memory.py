@@ -86,7 +86,7 @@ def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: F
         bf16_params += attn
     else:
         linear += attn
-    linear += arch.fuse_params  # EAGLE-3's fc is replicated on every GPU
+    bf16_params += arch.fuse_params  # a drafter's input projection: replicated, BF16
     linear_bytes = share * (linear * wb + bf16_params * BF16_BYTES)
     # Vocab-parallel embedding and LM head over TP; with PP they sit on the first/last stage.
     embed = arch.embedding_params / layout.tensor_parallel

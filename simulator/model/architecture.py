@@ -66,9 +66,10 @@ class Architecture:
     # layer attends over [token embedding; fused hidden state], 2 x hidden (vLLM
     # llama_eagle3.py: qkv_input_size = 2 * hidden_size for layer 0).
     qkv_input_size: int = 0
-    # Target hidden states an input projection fuses into one (0: none). EAGLE-3 concatenates
-    # three of the target's layers and projects 3 x hidden -> hidden once per step, replicated
-    # on every GPU (vLLM llama_eagle3.py `fc`, a ReplicatedLinear).
+    # Hidden-width inputs a drafter's input projection fuses into one (0: none), replicated on
+    # every GPU in BF16. EAGLE-3 projects three target layers' hidden states, 3 x hidden ->
+    # hidden (vLLM llama_eagle3.py `fc`); a DeepSeek MTP module its [embedding; hidden], 2 x
+    # hidden -> hidden (deepseek_mtp.py `eh_proj`).
     fused_hidden_states: int = 0
 
     # --- derived counts, used by the cost model and the parameter-count tests ---
