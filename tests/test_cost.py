@@ -290,15 +290,20 @@ def test_nvfp4_on_hopper_saves_bytes_not_flops_nor_decode_time() -> None:
         assert r4[op].bytes < r8[op].bytes
         assert r4[op].flops == r8[op].flops
     # Hopper has no FP4 tensor cores: the kernel dequantizes the weights in its main loop
-    # (weight-only class), streaming them at 0.48 of 3.35 TB/s against the dense FP8 kernel's
-    # 0.80 (h100-sxm gemm_classes). 0.5625 B / 0.48 = 1.17 against 1 B / 0.80 = 1.25: the
-    # smaller weights buy 6% of the weight streaming, not 44% (Marlin W4A16 at M=1 runs about
-    # as fast as vLLM's FP8 CUTLASS GEMM at M=1, humming PR #2 vs vLLM PR #5144).
+    # (weight-only class, h100-sxm gemm_classes): it streams them at the dense 0.80 of 3.35 TB/s
+    # but pays 12.6 us per launch on top of the 1.5 us launch (the Marlin row: 27.0 us for
+    # 34.6 MB at M=1 and M=4). mlp_down: its bytes / 2.68 TB/s + 80 x (1.5 + 12.6) us.
     assert fp4.gemm_class(64).kernel_class == "weight_only"
     assert fp8.gemm_class(64).kernel_class == "dense"
     row = r4["mlp_down"]
-    assert row.time_s == pytest.approx(row.bytes / (0.48 * 3.35e12) + 80 * 1.5e-6, rel=1e-9)
-    assert fp4.time_s(b) == pytest.approx(fp8.time_s(b), rel=0.03)
+    assert row.time_s == pytest.approx(
+        row.bytes / (0.80 * 3.35e12) + 80 * (1.5e-6 + 12.6e-6), rel=1e-9
+    )
+    # The step: about 17.6 GB of FP8 weights per GPU at 2.68 TB/s is 6.6 ms, at 0.5625 B a
+    # parameter 3.7 ms, a 2.9 ms saving; the 4 weight GEMMs x 80 layers x 12.6 us = 4.0 ms of
+    # fixed latency outweigh it, so FP4 on Hopper decodes a little slower than FP8 at batch 64
+    # (measured here: 14.97 ms against 13.43 ms).
+    assert fp8.time_s(b) < fp4.time_s(b) < 1.2 * fp8.time_s(b)
 
 
 # ---- 5. MoE: expected experts touched ----------------------------------------------------

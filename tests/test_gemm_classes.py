@@ -30,7 +30,8 @@ def _launch_s(hw: Hardware, rates: GemmRates, m: int, n: int, k: int, groups: in
               weights: str, activations: str) -> float:
     wb = get_format(weights).bytes_per_element
     ab = min(get_format(activations).bytes_per_element, BF16_BYTES)
-    return gemm_kernel_s(hw, rates, m, n, k, groups, wb, ab).time_s + hw.kernel_launch_overhead_s
+    launch_s = hw.kernel_launch_overhead_s + rates.launch_fixed_s
+    return gemm_kernel_s(hw, rates, m, n, k, groups, wb, ab).time_s + launch_s
 
 
 def _row_rates(hw: Hardware, row: dict[str, str]) -> GemmRates:
@@ -145,10 +146,18 @@ def test_weight_only_class_where_the_chip_cannot_read_the_weights() -> None:
     # MoE experts: the grouped variant of the format's class.
     k = Kernels(arch, H100, one, Formats("mxfp4", "bf16", "bf16"))
     assert k.gemm_class(8, groups=32).kernel_class == "grouped_weight_only"
-    # Weight-only streaming (Marlin W4A16, M=1, N=K=8192, humming PR #2): 34.6 MB at
-    # 0.48 x 3.35 TB/s = 21.5 us + 1.5 us launch, measured 27.0 us.
+    # Weight-only (Marlin W4A16, M=1, N=K=8192, humming PR #2): 34.6 MB streamed at the
+    # dense 0.80 x 3.35 = 2.68 TB/s = 12.9 us, + 1.5 us launch + 12.6 us fixed per launch =
+    # 27.0 us, measured 27.0 us; its MMA tile is 16 rows (mma.sync m16n8k16), not wgmma's 64.
     rates = gemm_rates(H100, "bf16", weights_native=False)
-    assert rates.hbm_bytes_per_s == pytest.approx(0.48 * 3.35e12)
+    assert rates.hbm_bytes_per_s == pytest.approx(0.80 * 3.35e12)
+    assert rates.launch_fixed_s == pytest.approx(12.6e-6)
+    assert rates.tile_m_small == 16
+    marlin = _launch_s(H100, rates, 1, 8192, 8192, 1, "int4", "bf16")
+    assert marlin == pytest.approx(27.0e-6, rel=0.01)
+    # The dense class keeps the chip's 64-row tile and pays no extra fixed latency.
+    dense = gemm_rates(H100, "bf16", weights_native=True)
+    assert dense.launch_fixed_s == 0.0 and dense.tile_m_small is None
 
 
 # ---- fit against the published kernel rows ------------------------------------------------

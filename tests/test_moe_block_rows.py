@@ -68,14 +68,16 @@ def test_block_fits_the_moe_rows() -> None:
 
 def test_grouped_streaming_and_block_fixed_hand_derived() -> None:
     # B200 grouped kernels stream at 0.80 x 8 TB/s = 6.4 TB/s whatever their format class
-    # (FP8 and FP4 alike); a weight-only grouped kernel on H100 keeps its 0.48 x 3.35 TB/s.
+    # (FP8 and FP4 alike); a weight-only grouped kernel on H100 keeps its own class's rate
+    # (min of the weight-only and grouped fractions: 0.80 x 3.35 TB/s).
     for fmt in ("fp8", "fp4", "bf16"):
         rates = gemm_rates(B200, fmt, True, 2, grouped=True)
         assert rates.hbm_bytes_per_s == pytest.approx(6.4e12)
     dense_fp4 = gemm_rates(B200, "fp4", True, 2, grouped=False)
     assert dense_fp4.hbm_bytes_per_s == pytest.approx(0.55 * 8e12)
     weight_only = gemm_rates(H100, "bf16", False, 2, grouped=True)
-    assert weight_only.hbm_bytes_per_s == pytest.approx(0.48 * 3.35e12)
+    assert weight_only.hbm_bytes_per_s == pytest.approx(0.80 * 3.35e12)
+    assert weight_only.launch_fixed_s == pytest.approx(12.6e-6)
     # The block's fixed latency: DeepSeek-R1 has 58 MoE layers -> 58 x 20 us = 1.16 ms per
     # step on B200, one row of the step; none on H100 (its rows need none).
     lay, fmt = ParallelLayout(tensor_parallel=8), Formats("fp8", "fp8", "fp8")

@@ -36,8 +36,8 @@ def format_notes(model: StepModel) -> list[str]:
             notes.append(
                 f"{hw.name} has no {kind.upper()} tensor cores: {name} {role} are stored at "
                 f"{get_format(name).bits_per_element:g} bits per element (saving memory; the "
-                f"dequantizing kernels stream them more slowly than a native GEMM, so "
-                f"decode gains less than the bytes suggest) but are dequantized and multiplied "
+                f"dequantizing kernels pay a fixed latency per launch, so small-batch decode "
+                f"gains less than the bytes suggest) but are dequantized and multiplied "
                 f"at {gemm}, so there is no {kind.upper()} compute speed-up."
             )
     return notes

@@ -34,6 +34,8 @@ class GemmRates:
     hbm_bytes_per_s: float
     tile_m_min: int | None = None  # smallest CTA tile M (None: the chip's small tile)
     split_k: bool = True
+    launch_fixed_s: float = 0.0  # per launch beyond the launch cost (weight-only kernels)
+    tile_m_small: int | None = None  # the kernel's own small tile M (None: the chip's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +84,14 @@ def gemm_rates(
             hw.hbm_bytes_per_s * hw.hbm_bandwidth_fraction,
         )
     cls, name, hbm = classes.dense, "dense", classes.dense.hbm_fraction
+    launch_fixed, tile_m_small = 0.0, None
     if tensor_format == "fp4" and classes.fp4_block_scaled is not None:
         cls, name = classes.fp4_block_scaled, "fp4_block_scaled"
         hbm = cls.hbm_fraction
     elif not weights_native:
         name, hbm = "weight_only", classes.weight_only_hbm_fraction
+        launch_fixed = classes.weight_only_launch_fixed_s
+        tile_m_small = classes.weight_only_tile_m
     fraction = cls.compute_fraction[tensor_format]
     if grouped:
         name = "grouped_" + name
@@ -105,6 +110,8 @@ def gemm_rates(
         hw.hbm_bytes_per_s * hbm,
         cls.tile_m_min,
         cls.split_k,
+        launch_fixed,
+        tile_m_small,
     )
 
 
@@ -118,12 +125,14 @@ def tiled_gemm(
     tile_fixed_s: float = 0.0,
     tile_m_min: int | None = None,
     split_k: bool = True,
+    tile_m_small: int | None = None,
 ) -> tuple[float, int]:
     """(compute seconds, CTAs launched) of an M x N x K GEMM, tile- and wave-quantized, at an
     achievable main-loop rate, each CTA paying `tile_fixed_s` per tile it computes."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0, 0
-    small = tiles.m_small if tile_m_min is None else max(tiles.m_small, tile_m_min)
+    small = tiles.m_small if tile_m_small is None else tile_m_small
+    small = small if tile_m_min is None else max(small, tile_m_min)
     tm = small if m <= small else max(tiles.m, small)
     count = math.ceil(m / tm) * math.ceil(n / tiles.n)
     per_sm_flops_per_s = flops_per_s / sm_count
@@ -157,6 +166,7 @@ def gemm_kernel_s(
         rates.tile_fixed_s,
         rates.tile_m_min,
         rates.split_k,
+        rates.tile_m_small,
     )
     memory_s = gemm_bytes(m, n, k, weight_bytes, act_bytes) * groups / rates.hbm_bytes_per_s
     serial = not rates.split_k and 0 < ctas < hw.sm_count

@@ -98,7 +98,7 @@ class Kernels:
             rates.flops_per_s,
             rates.hbm_bytes_per_s,
             layers,
-            self.hw.kernel_launch_overhead_s,
+            self.hw.kernel_launch_overhead_s + rates.launch_fixed_s,
             kernel.compute_s * layers,
             kernel.memory_s * layers,
             kernel.serial,

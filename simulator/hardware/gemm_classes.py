@@ -67,6 +67,12 @@ class WeightOnlySpec(_Strict):
     at which the packed weights stream."""
 
     hbm_fraction: Fraction1
+    # Fixed latency per launch on top of the launch cost (the split-K partial sums reduced
+    # in turn through L2 before the dequantized tile is written), fitted with hbm_fraction.
+    launch_fixed_us: NonNegative = 0.0
+    # Rows of the kernel's MMA tile when it is smaller than the chip's small GEMM tile
+    # (Marlin-class kernels issue mma.sync m16n8k16: 16-row tiles); None: the chip's.
+    tile_m: Annotated[int, Field(gt=0)] | None = None
 
 
 class GroupedSpec(_Strict):
@@ -122,6 +128,8 @@ class GemmClasses:
     grouped_multiplier: tuple[float, ...]
     grouped_hbm_fraction: float
     moe_block_fixed_s: float = 0.0
+    weight_only_launch_fixed_s: float = 0.0
+    weight_only_tile_m: int | None = None
 
     def grouped_compute_multiplier(self, rows_per_expert: float) -> float:
         """Piecewise-linear in log2(rows per expert), flat beyond the measured ends."""
@@ -151,6 +159,8 @@ class GemmClasses:
             self.grouped_multiplier,
             f(self.grouped_hbm_fraction),
             self.moe_block_fixed_s * fixed_factor,
+            self.weight_only_launch_fixed_s * fixed_factor,
+            self.weight_only_tile_m,
         )
 
 
@@ -177,6 +187,8 @@ def to_gemm_classes(spec: GemmClassesSpec | None) -> GemmClasses | None:
         tuple(g.compute_multiplier),
         g.hbm_fraction,
         g.block_fixed_us * 1e-6,
+        spec.weight_only.launch_fixed_us * 1e-6,
+        spec.weight_only.tile_m,
     )
 
 
