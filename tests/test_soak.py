@@ -24,7 +24,8 @@ MAX_BYTES_PER_REQUEST = 1_500
 
 def bench_scale(n: int) -> list[tuple[int, float, int]]:
     """(requests, wall_s, bytes per request above baseline) for each size bench-scale ran."""
-    out = subprocess.run([sys.executable, "-m", "simulator", "bench-scale", "--requests", str(n)],
+    out = subprocess.run([sys.executable, "-m", "simulator", "bench-scale", "--requests", str(n),
+                          "--steps", "2"],
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stderr

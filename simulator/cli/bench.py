@@ -21,8 +21,9 @@ def bench(num_requests: int, repeat: int, step_evals: int) -> None:
 @click.command("bench-scale")
 @click.option("--requests", "num_requests", type=click.IntRange(min=1), default=1_000_000,
               show_default=True)
-@click.option("--steps", type=click.IntRange(min=1, max=4), default=2, show_default=True,
-              help="Also run 1/10, 1/100, ... of the requests first, to show the scaling.")
+@click.option("--steps", type=click.IntRange(min=1, max=4), default=3, show_default=True,
+              help="Also run 1/10, 1/100, ... of the requests first, to show the scaling "
+                   "(the default 3 gives 10k, 100k and 1M: both x10 ratios).")
 def bench_scale(num_requests: int, steps: int) -> None:
     """Scale benchmark: wall time, requests/s and peak memory for many requests."""
     from simulator.bench.engine import run_bench_scale

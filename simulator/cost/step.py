@@ -44,6 +44,10 @@ class StepModel(Kernels):
     def _attn_consts(self) -> AttentionConsts:
         return operators.attention_consts(self)
 
+    @cached_property
+    def _attn_fixed(self) -> tuple[float, float]:
+        return attention_fixed_s(self)
+
     def token_ops(self, tokens: int) -> list[OpCost]:
         """Projections, MLP/MoE, norms and collectives of `tokens` tokens through all layers."""
         return operators.token_ops(self, tokens)
@@ -61,7 +65,7 @@ class StepModel(Kernels):
         `ranks`: split `b` over that many attention-DP ranks (default: the layout's)."""
         consts = self._attn_consts
         rate, bw, layers, decode_rate, decode_bw = consts[4], consts[5], consts[8], *consts[9:]
-        prefill_fixed, decode_fixed = attention_fixed_s(self)
+        prefill_fixed, decode_fixed = self._attn_fixed
         prefill, decode = attention_terms(self, consts, b, ranks)
         t = 0.0
         if prefill is not None:

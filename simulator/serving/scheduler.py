@@ -14,7 +14,6 @@ buckets), so a step costs O(requests that change), not O(batch).
 from __future__ import annotations
 
 import heapq
-import math
 
 import numpy as np
 
@@ -305,7 +304,7 @@ class Scheduler(DecodeRuns):
             self.prefilling.remove(r)
             r.generated += 1
             self.outstanding_tokens -= 1
-            if math.isnan(r.first_token_s):
+            if r.first_token_s != r.first_token_s:  # NaN: its first token
                 r.first_token_s = end_s
             else:
                 self.resume_gaps_s.append(end_s - r.last_token_s)
