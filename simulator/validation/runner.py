@@ -16,6 +16,7 @@ from simulator.validation.speculative_rows import (
     predict_speculative,
     speculative_setups,
 )
+from simulator.validation.sweep_rows import SWEEP_METRIC, predict_sweep_ratio
 
 BASELINE = Path(__file__).parent / "baseline.json"
 EXPLANATIONS = Path(__file__).parent / "explanations.csv"
@@ -52,6 +53,8 @@ def predict(row: Row, band: bool = False, cache: Cache | None = None) -> Scored:
 
     if row.metric == RATIO_METRIC:
         return Scored(row, predict_ratio(row.id), None, None)
+    if row.metric == SWEEP_METRIC:
+        return Scored(row, predict_sweep_ratio(row.id), None, None)
     if not simulated_row(row):
         return Scored(row, predict_speculative(row.id, row.metric, row.scenario()), None, None)
     setup = {k: v for k, v in row.scenario().items() if k != "name"}
@@ -68,8 +71,8 @@ def predict(row: Row, band: bool = False, cache: Cache | None = None) -> Scored:
 
 def simulated_row(row: Row) -> bool:
     """Whether a row is scored through one plain simulation of its scenario (not a goodput
-    ratio or a speculative setup with its own path)."""
-    return row.metric != RATIO_METRIC and row.id not in speculative_setups()
+    ratio, a concurrency sweep or a speculative setup with its own path)."""
+    return row.metric not in (RATIO_METRIC, SWEEP_METRIC) and row.id not in speculative_setups()
 
 
 def group_stats_errors(groups: dict[str, list[float]]) -> dict[str, dict[str, float]]:

@@ -1,0 +1,94 @@
+"""Validation rows read off concurrency sweeps: each side runs a closed loop at every
+concurrency its benchmark script ran, the points (tokens/s per user, tokens/s per GPU) form a
+Pareto frontier drawn as straight lines between its points, and a row is the ratio of two
+sides' per-GPU throughput on those frontiers at one per-user speed (sweep_rows.yaml)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SWEEP_ROWS = Path(__file__).parent / "sweep_rows.yaml"
+SWEEP_METRIC = "speed_target_throughput_ratio"
+
+Point = tuple[float, float]  # (output tokens/s per user, output tokens/s per GPU)
+
+
+def pareto_front(points: list[Point]) -> list[Point]:
+    """The points no other point matches or beats on both axes, by rising per-user speed
+    (so by falling per-GPU throughput)."""
+    front = [
+        p for p in points
+        if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in points)
+    ]
+    return sorted(set(front))
+
+
+def throughput_at_speed(points: list[Point], speed: float) -> float | None:
+    """Per-GPU throughput of the frontier at a per-user speed target: the line between the
+    two frontier points around it; the frontier's best throughput when every point is faster
+    than the target (a faster point serves a slower target); None when no point reaches it."""
+    front = pareto_front(points)
+    if not front or speed > front[-1][0]:
+        return None
+    if speed <= front[0][0]:
+        return front[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(front):
+        if x0 <= speed <= x1:
+            return y0 + (y1 - y0) * (speed - x0) / (x1 - x0)
+    raise AssertionError("unreachable: speed lies inside the frontier's range")
+
+
+@cache
+def _spec() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load(SWEEP_ROWS.read_text())
+    return data
+
+
+def sweep_rows() -> set[str]:
+    return set(_spec()["rows"])
+
+
+def at_concurrency(
+    scenario: dict[str, Any], concurrency: int, requests_each: int
+) -> dict[str, Any]:
+    """The scenario as a closed loop of `concurrency` clients sending `requests_each` x
+    `concurrency` requests."""
+    s = copy.deepcopy(scenario)
+    s["workload"]["arrival"] = {"kind": "closed_loop", "concurrency": concurrency}
+    s["workload"]["num_requests"] = concurrency * requests_each
+    return s
+
+
+@cache
+def side_points(name: str) -> tuple[Point, ...]:
+    """(mean tokens/s per user, tokens/s per GPU) of one side at each swept concurrency."""
+    import simulator
+
+    spec = _spec()
+    scenario = spec["sides"][name]
+    points = []
+    for c in spec["concurrencies"]:
+        s = at_concurrency(scenario, c, spec["requests_per_concurrency"])
+        r = simulator.simulate(simulator.load_scenario(s)).to_dict()
+        per_user = float(r["output_tokens_per_s_per_user"]["mean"])
+        points.append((per_user, float(r["output_tokens_per_s_per_gpu"])))
+    return tuple(points)
+
+
+def predict_sweep_ratio(row_id: str) -> float:
+    """numerator / denominator per-GPU throughput at the row's per-user speed target."""
+    row = _spec()["rows"][row_id]
+    speed = float(row["speed_per_user"])
+    values = []
+    for name in (row["numerator"], row["denominator"]):
+        v = throughput_at_speed(list(side_points(name)), speed)
+        if v is None:
+            raise ValueError(f"{row_id}: side {name} reaches no {speed} tokens/s per user")
+        values.append(v)
+    return values[0] / values[1]
