@@ -232,6 +232,26 @@ def test_hint_names_prefill_when_prompts_dominate() -> None:
     assert "prefill pool saturates first" in d["hint"]
 
 
+def test_hint_does_not_call_a_lopsided_best_split_balanced() -> None:
+    """2 prefill + 1 decode replica with 6000-token prompts: prefill is saturated and the
+    lone decode replica nearly idle, yet moving it would leave no decode pool, so 2P1D is the
+    best split of 3 and the hint says so rather than that the split is balanced."""
+    w = {
+        "workload": {
+            "arrival": {"kind": "poisson", "rate_per_s": 16.0},
+            "input_tokens": {"kind": "fixed", "value": 6000},
+            "output_tokens": {"kind": "fixed", "value": 20},
+            "num_requests": 200,
+        }
+    }
+    dep = {"kind": "disaggregated", "prefill": {"replicas": 2}, "decode": {"replicas": 1}}
+    d = simulator.simulate(make(deployment=dep, **w)).to_dict()["disaggregation"]
+    assert d["prefill_load"] > 0.9 > 0.5 > d["decode_load"]
+    assert d["suggested_ratio"] == "2P1D"
+    assert "2P1D is the best split of these 3 replicas" in d["hint"]
+    assert "balanced" not in d["hint"]
+
+
 # ------------------------------------------------------------------------------- errors
 
 

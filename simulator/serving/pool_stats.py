@@ -112,7 +112,12 @@ def pool_summary(
             f"{better}P{total - better}D); add replicas"
         )
     elif better == p.replicas:
-        advice = f"{now} is balanced for this traffic"
+        # Not "balanced": with replicas of unequal size, or a single replica that cannot
+        # move, the best split by count can leave one pool far busier than the other.
+        advice = (
+            f"{now} is the best split of these {total} replicas (moving one between the "
+            f"pools does not lower the busier pool's load)"
+        )
     else:
         advice = f"try {better}P{total - better}D with the same {total} replicas"
     hint = (
