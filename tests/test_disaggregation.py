@@ -215,17 +215,22 @@ def test_suggested_ratio_balances_the_pools_load() -> None:
     assert suggest_prefill_replicas(6, 1.0, 1.0) == 3
 
 
-def test_hint_names_prefill_when_prompts_dominate() -> None:
-    w = {
+def _long_prompts(rate_per_s: float) -> dict[str, Any]:
+    """200 Poisson requests of 6000 prompt and 20 output tokens: prefill-heavy traffic."""
+    return {
         "workload": {
-            "arrival": {"kind": "poisson", "rate_per_s": 12.0},
+            "arrival": {"kind": "poisson", "rate_per_s": rate_per_s},
             "input_tokens": {"kind": "fixed", "value": 6000},
             "output_tokens": {"kind": "fixed", "value": 20},
             "num_requests": 200,
         }
     }
+
+
+def test_hint_names_prefill_when_prompts_dominate() -> None:
     dep = {"kind": "disaggregated", "decode": {"replicas": 2}}
-    d = simulator.simulate(make(deployment=dep, **w)).to_dict()["disaggregation"]
+    d = simulator.simulate(make(deployment=dep, **_long_prompts(12.0))).to_dict()
+    d = d["disaggregation"]
     assert d["bottleneck_pool"] == "prefill"
     assert d["prefill"]["busy_fraction"] > 0.9
     assert d["suggested_ratio"] == "2P1D"
@@ -236,16 +241,9 @@ def test_hint_does_not_call_a_lopsided_best_split_balanced() -> None:
     """2 prefill + 1 decode replica with 6000-token prompts: prefill is saturated and the
     lone decode replica nearly idle, yet moving it would leave no decode pool, so 2P1D is the
     best split of 3 and the hint says so rather than that the split is balanced."""
-    w = {
-        "workload": {
-            "arrival": {"kind": "poisson", "rate_per_s": 16.0},
-            "input_tokens": {"kind": "fixed", "value": 6000},
-            "output_tokens": {"kind": "fixed", "value": 20},
-            "num_requests": 200,
-        }
-    }
     dep = {"kind": "disaggregated", "prefill": {"replicas": 2}, "decode": {"replicas": 1}}
-    d = simulator.simulate(make(deployment=dep, **w)).to_dict()["disaggregation"]
+    d = simulator.simulate(make(deployment=dep, **_long_prompts(16.0))).to_dict()
+    d = d["disaggregation"]
     assert d["prefill_load"] > 0.9 > 0.5 > d["decode_load"]
     assert d["suggested_ratio"] == "2P1D"
     assert "2P1D is the best split of these 3 replicas" in d["hint"]
