@@ -207,7 +207,8 @@ def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = N
         "",
         "TTFT as the client measures it (front-end costs included), TPOT as `vllm bench serve` "
         "defines it, and throughput (tokens/s, per GPU where the source reports it so) are "
-        "scored separately; ratios are the speculative speed-up and disaggregation goodput rows.",
+        "scored separately; ratios are the speculative speed-ups, the disaggregation goodput "
+        "ratios and the per-GPU throughput ratios read off concurrency sweeps (sweep_rows.yaml).",
         "",
         *metric_table(result["groups"].get("measures", {})),
         "",
