@@ -182,3 +182,20 @@ def test_cli_bad_input_is_one_line_exit_2(args: list[str],
     code, out, err = run_cli(args, capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("frontier: ")
+
+
+@pytest.mark.parametrize("concurrency", [16, 64])
+def test_closed_loop_mean_ttft_counts_the_first_wave(concurrency: int) -> None:
+    """C clients send 10 x C requests of 3.2-4k prompt tokens; the first C arrive together and
+    wait, on average, half their burst's prefill. Weighing that wave by its share (1/10) of the
+    run keeps the estimate's mean TTFT within 30 % of the simulation's: measured -20 % at C=16
+    and -23 % at C=64, where the steady state alone was -41 % and -66 %."""
+    loaded = simulator.load_scenario(CHAT, [
+        "workload.input_tokens={kind: uniform, min: 3200, max: 4000}",
+        "workload.output_tokens={kind: uniform, min: 200, max: 250}",
+        f"workload.arrival={{kind: closed_loop, concurrency: {concurrency}}}",
+        f"workload.num_requests={10 * concurrency}",
+    ])
+    est = simulator.estimate(loaded)
+    sim = simulator.simulate(loaded).to_dict()
+    assert est.ttft_mean_s == pytest.approx(sim["ttft_s"]["mean"], rel=0.30)

@@ -57,7 +57,8 @@ NOT_MODELLED = (
     "KV cache instead)",
     "the batch's ups and downs step by step (the estimate uses its mean, and a Poisson spread "
     "for TPOT p99)",
-    "the start-up burst and end-of-run drain except as one correction to the run's throughput",
+    "the start-up burst and end-of-run drain except as corrections to the run's throughput and "
+    "mean TTFT (the first wave waits half its burst's prefill on average)",
 )
 
 
@@ -339,8 +340,10 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         wave = burst * t0.input_mean / prefill_rate
         if first / n_req >= 0.01:
             ttft_p99 = max(ttft_p99, wave + per_s.decode_step_s)
-        if first / n_req >= 0.5:
-            ttft_mean = max(ttft_mean, wave / 2)
+        # The first wave's requests wait on average half the burst's prefill; the rest of
+        # the run sees the steady state. The run's mean weighs the two by their counts.
+        share = first / n_req
+        ttft_mean = (1 - share) * ttft_mean + share * max(ttft_mean, wave / 2)
     if not stable and population is None and rate > 0:
         # Overloaded open loop: the backlog grows through the run; request j waits about
         # j (1/capacity - 1/rate).
