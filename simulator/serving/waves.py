@@ -28,10 +28,15 @@ def identical(traffic: Traffic) -> bool:
     return traffic.input_cv2 <= FIXED_CV2 and traffic.output_cv2 <= FIXED_CV2
 
 
+def burst_steps(unit: Unit, traffic: Traffic, prompts: float) -> int:
+    """Full token-budget steps that prefill `prompts` prompts together."""
+    return max(1, math.ceil(prompts * traffic.input_mean / unit.budget_tokens))
+
+
 def burst_s(unit: Unit, traffic: Traffic, prompts: float) -> float:
     """Prefill of `prompts` prompts together, in steps of the full token budget."""
     tokens = prompts * traffic.input_mean
-    steps = max(1, math.ceil(tokens / unit.budget_tokens))
+    steps = burst_steps(unit, traffic, prompts)
     return steps * unit.step_s(0.0, tokens / steps, prompts / steps, 0.0)
 
 
@@ -56,9 +61,14 @@ def waves(unit: Unit, traffic: Traffic, population: float, requests: float,
     duration = k * full + (wave_s(rest)[2] if rest >= 1 else 0.0)
     queued = max(0.0, min(population, requests) - b)  # in flight but waiting for a seat
     behind = queued / b * full  # waves ahead of a waiting request
+    # The burst's n equal steps hand out first tokens at the end of each step: 1/n of the
+    # wave at every step boundary, so on average (n + 1) / 2n of the burst (all of it when
+    # the wave's prompts fit one step, as a single client's always do).
+    n = burst_steps(unit, traffic, b)
+    first = burst * (n + 1) / (2 * n)
     if offline:
         waits = (requests / b - 1) * full
-        mean, p99 = burst / 2 + waits / 2, burst + 0.99 * waits
+        mean, p99 = first + waits / 2, burst + 0.99 * waits
     else:
-        mean, p99 = burst / 2 + behind, burst + behind
+        mean, p99 = first + behind, burst + behind
     return Waves(b, burst, tpot, mean, p99, duration)
