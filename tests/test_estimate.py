@@ -213,3 +213,22 @@ def test_single_client_waits_its_whole_one_step_burst() -> None:
     sim = simulator.simulate(loaded).to_dict()
     assert est.ttft_mean_s == pytest.approx(est.ttft_p99_s, rel=1e-9)
     assert est.ttft_mean_s == pytest.approx(sim["ttft_s"]["mean"], rel=0.02)
+
+
+@pytest.mark.parametrize(("concurrency", "rel"), [(8, 0.10), (16, 0.15)])
+def test_closed_loop_arrival_waits_a_whole_step_and_the_lookahead(
+        concurrency: int, rel: float) -> None:
+    """A closed loop sends the next request as one finishes, at a step's end, when the next
+    step has started without it: it waits that step and the one planned ahead (vLLM style),
+    two steps, not half a step plus the lookahead. Measured against the simulation: mean TTFT
+    -7.7 % at C=8 and -11.8 % at C=16 (800-1000 tokens in and out); half a step gave -13.6 %
+    and -17.0 %."""
+    loaded = simulator.load_scenario(CHAT, [
+        "workload.input_tokens={kind: uniform, min: 800, max: 1000}",
+        "workload.output_tokens={kind: uniform, min: 800, max: 1000}",
+        f"workload.arrival={{kind: closed_loop, concurrency: {concurrency}}}",
+        f"workload.num_requests={10 * concurrency}",
+    ])
+    est = simulator.estimate(loaded)
+    sim = simulator.simulate(loaded).to_dict()
+    assert est.ttft_mean_s == pytest.approx(sim["ttft_s"]["mean"], rel=rel)

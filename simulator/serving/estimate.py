@@ -161,6 +161,12 @@ def _queue(side: _Side, traffic: Traffic, cv2: float, rate_per_unit: float,
     else:
         residual += unit.wait_steps * op.step_s * -math.expm1(-op.batch)
     if closed:
+        # A closed loop sends its next request the moment one finishes, at a step's end, as
+        # the next step (planned without it) starts: it waits that whole step and the steps
+        # planned ahead, not half a step (the simulation's queue: 1.9-2.0 steps on the
+        # InferenceX vLLM and TensorRT-LLM c8 setups, one step ahead).
+        if not unit.prefills_only:
+            residual = (1 + unit.wait_steps) * op.step_s
         return residual, 2 * residual
     load = op.prefill_load if not unit.prefills_only else rate_per_unit * op.prefill_s
     w1 = kingman_wait_s(load, op.prefill_s, cv2, traffic.input_cv2)
