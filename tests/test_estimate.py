@@ -184,6 +184,20 @@ def test_cli_bad_input_is_one_line_exit_2(args: list[str],
     assert err.count("\n") == 1 and err.startswith("frontier: ")
 
 
+def _closed_loop_ttft_means(concurrency: int, inp: tuple[int, int],
+                            out: tuple[int, int]) -> tuple[float, float]:
+    """(estimated, simulated) mean TTFT of CHAT as a closed loop of `concurrency` clients
+    sending 10 x concurrency requests of uniform lengths, as `vllm bench serve` runs."""
+    loaded = simulator.load_scenario(CHAT, [
+        f"workload.input_tokens={{kind: uniform, min: {inp[0]}, max: {inp[1]}}}",
+        f"workload.output_tokens={{kind: uniform, min: {out[0]}, max: {out[1]}}}",
+        f"workload.arrival={{kind: closed_loop, concurrency: {concurrency}}}",
+        f"workload.num_requests={10 * concurrency}",
+    ])
+    sim = simulator.simulate(loaded).to_dict()
+    return simulator.estimate(loaded).ttft_mean_s, float(sim["ttft_s"]["mean"])
+
+
 @pytest.mark.parametrize("concurrency", [16, 64])
 def test_closed_loop_mean_ttft_counts_the_first_wave(concurrency: int) -> None:
     """C clients send 10 x C requests of 3.2-4k prompt tokens; the first C arrive together and
@@ -191,15 +205,8 @@ def test_closed_loop_mean_ttft_counts_the_first_wave(concurrency: int) -> None:
     run keeps the estimate's mean TTFT within 30 % of the simulation's: measured -17.7 % at
     C=16 and -20.0 % at C=64 (with the closed loop's whole-step wait), where the steady state
     alone was -41 % and -66 %."""
-    loaded = simulator.load_scenario(CHAT, [
-        "workload.input_tokens={kind: uniform, min: 3200, max: 4000}",
-        "workload.output_tokens={kind: uniform, min: 200, max: 250}",
-        f"workload.arrival={{kind: closed_loop, concurrency: {concurrency}}}",
-        f"workload.num_requests={10 * concurrency}",
-    ])
-    est = simulator.estimate(loaded)
-    sim = simulator.simulate(loaded).to_dict()
-    assert est.ttft_mean_s == pytest.approx(sim["ttft_s"]["mean"], rel=0.30)
+    est, sim_s = _closed_loop_ttft_means(concurrency, (3200, 4000), (200, 250))
+    assert est == pytest.approx(sim_s, rel=0.30)
 
 
 def test_single_client_waits_its_whole_one_step_burst() -> None:
@@ -224,12 +231,5 @@ def test_closed_loop_arrival_waits_a_whole_step_and_the_lookahead(
     two steps, not half a step plus the lookahead. Measured against the simulation: mean TTFT
     -7.7 % at C=8 and -11.8 % at C=16 (800-1000 tokens in and out); half a step gave -13.6 %
     and -17.0 %."""
-    loaded = simulator.load_scenario(CHAT, [
-        "workload.input_tokens={kind: uniform, min: 800, max: 1000}",
-        "workload.output_tokens={kind: uniform, min: 800, max: 1000}",
-        f"workload.arrival={{kind: closed_loop, concurrency: {concurrency}}}",
-        f"workload.num_requests={10 * concurrency}",
-    ])
-    est = simulator.estimate(loaded)
-    sim = simulator.simulate(loaded).to_dict()
-    assert est.ttft_mean_s == pytest.approx(sim["ttft_s"]["mean"], rel=rel)
+    est, sim_s = _closed_loop_ttft_means(concurrency, (800, 1000), (800, 1000))
+    assert est == pytest.approx(sim_s, rel=rel)
