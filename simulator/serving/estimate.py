@@ -22,23 +22,18 @@ from simulator.inputs.scenario import (
     Scenario,
 )
 from simulator.serving.engine_build import Engine
+from simulator.serving.estimate_sides import Side, open_side, queue_wait_s, side_tpot_s
 from simulator.serving.ranks_setup import replicas_per_engine
 from simulator.serving.steady_state import (
     Operating,
     Traffic,
     Unit,
     batch_limit,
-    batch_p99,
     capacity,
     decode_steps,
-    kingman_wait_s,
     kv_batch_limit,
-    operating_point,
     prefill_capacity_per_s,
-    seat_wait_s,
     solve_population,
-    solve_rate,
-    tail_s,
 )
 from simulator.serving.stream_moments import (
     arrival_cv2,
@@ -109,92 +104,6 @@ class Estimate:
             "notes": list(self.notes),
             "not_modelled": list(NOT_MODELLED),
         }
-
-
-@dataclass(frozen=True)
-class _Side:
-    """One pool of units and its steady state."""
-
-    unit: Unit
-    count: int  # units in the pool
-    op: Operating
-    limit: str
-    cap_per_s: float  # per unit
-    stable: bool
-    seat_wait_s: float = 0.0  # closed loop: wait for a free seat
-
-
-def _open(unit: Unit, traffic: Traffic, count: int, rate: float, requests: float,
-          span_s: float) -> _Side:
-    """The open-loop steady state of `count` units sharing `rate` (overloaded: the full batch),
-    no larger than a finite run reaches: by Little's law over the run, `requests` arriving over
-    `span_s` and each staying R keep requests · R / (span + R) in flight on average."""
-    top, why = capacity(unit, traffic)
-    op = solve_rate(unit, traffic, rate / count)
-    stable = op is not None
-    if op is None:
-        op = top
-    d = decode_steps(traffic, unit)
-    for _ in range(4):
-        stay = op.prefill_s + d * op.step_s
-        b = requests * stay / (span_s + stay) if span_s + stay > 0 else op.batch
-        if b >= op.batch * 0.999:
-            break
-        op = operating_point(unit, traffic, b)
-    return _Side(unit, count, op, why, top.rate_per_s, stable)
-
-
-def _queue(side: _Side, traffic: Traffic, cv2: float, rate_per_unit: float,
-           closed: bool = False) -> tuple[float, float]:
-    """(mean, p99) wait before a request's prefill starts on this side: the residual of the
-    step under way, the prefill channel (Kingman) and the batch seats (Allen-Cunneen). A
-    closed loop sends a request only when one finishes: no random queue, the residual only."""
-    op, unit = side.op, side.unit
-    if not side.stable:
-        return math.inf, math.inf
-    residual = op.step_s / 2 if not unit.prefills_only else op.prefill_s / 2 * min(
-        1.0, rate_per_unit * op.prefill_s)
-    # The steps planned ahead or between polls (serving/intake.py), paid when the engine is
-    # busy on arrival: with Poisson occupancy of mean B, P(busy) = 1 - exp(-B).
-    if unit.prefills_only:
-        residual += unit.wait_steps * op.prefill_s * min(1.0, rate_per_unit * op.prefill_s)
-    else:
-        residual += unit.wait_steps * op.step_s * -math.expm1(-op.batch)
-    if closed:
-        # A closed loop sends its next request the moment one finishes, at a step's end, as
-        # the next step (planned without it) starts: it waits that whole step and the steps
-        # planned ahead, not half a step (the simulation's queue: 1.9-2.0 steps on the
-        # InferenceX vLLM and TensorRT-LLM c8 setups, one step ahead).
-        if not unit.prefills_only:
-            residual = (1 + unit.wait_steps) * op.step_s
-        return residual, 2 * residual
-    load = op.prefill_load if not unit.prefills_only else rate_per_unit * op.prefill_s
-    w1 = kingman_wait_s(load, op.prefill_s, cv2, traffic.input_cv2)
-    seats = max(1, unit.max_seqs)
-    residence = decode_steps(traffic, unit) * op.step_s + op.prefill_s
-    cap, _ = batch_limit(unit, traffic)
-    p2, w2 = seat_wait_s(seats, min(op.batch / cap, 0.999999), residence, cv2, 0.5) \
-        if not unit.prefills_only and cap > 0 else (0.0, 0.0)
-    mean = residual + w1 + w2
-    p99 = 2 * residual + tail_s(w1, min(1.0, load)) + tail_s(w2, p2)
-    return mean, p99
-
-
-def _tpot(side: _Side, traffic: Traffic) -> tuple[float, float]:
-    """TPOT p50 (the step a decoder sees beside a batch of the mean) and p99 (the batch at its
-    Poisson 99th percentile, and a short request's share of prefill-carrying steps)."""
-    unit, op = side.unit, side.op
-    if unit.prefills_only:
-        return 0.0, 0.0
-    cap, _ = batch_limit(unit, traffic)
-    b50 = min(cap, op.batch + 1) if side.stable else op.batch
-    hi = unit.step_s(max(1.0, batch_p99(op.batch, cap)), 0.0, 0.0, 0.0)
-    extra = op.step_s - op.decode_step_s  # prefill work per step, spread over the steps
-    p50 = unit.step_s(max(1.0, b50), 0.0, 0.0, 0.0) + extra
-    short = max(1.0, traffic.output_p10 - 1)
-    share = min(1.0, extra / max(op.decode_step_s, 1e-12) + 1 / short) if extra > 0 else 0.0
-    p99 = hi + max(extra, share * (op.step_s - op.decode_step_s)) / unit.tokens_per_step
-    return p50 / unit.tokens_per_step, max(p99 / unit.tokens_per_step, p50 / unit.tokens_per_step)
 
 
 def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estimate:
@@ -271,14 +180,14 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     if rate is None:
         population = float(a.concurrency if isinstance(a, ClosedLoopArrival) else n_req)
         population = min(population, float(n_req))
-    sides: list[_Side] = []
+    sides: list[Side] = []
     seat_wait = 0.0
     if population is not None and len(sides_in) == 1:
         unit, traffic, count = sides_in[0]
         active = max(1.0, min(float(count), population))  # fewer in flight than units
         op, seat_wait = solve_population(unit, traffic, population / active, offset_mean)
         top, why = capacity(unit, traffic)
-        sides.append(_Side(unit, count, op, why, top.rate_per_s, True, seat_wait))
+        sides.append(Side(unit, count, op, why, top.rate_per_s, True, seat_wait))
         rate = op.rate_per_s * active
     else:
         if rate is None:  # closed loop over two pools: drive at the tighter pool's capacity
@@ -291,10 +200,10 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
                 alone = Operating(0.0, per, 0.0, 0.0,
                                   capacity(unit, traffic)[0].prefill_s, 0.0)
                 cap_u = prefill_capacity_per_s(unit, traffic)
-                sides.append(_Side(unit, count, alone, "prefill", cap_u, per < cap_u))
+                sides.append(Side(unit, count, alone, "prefill", cap_u, per < cap_u))
             else:
                 span = float(stream.arrival_s[-1] - stream.arrival_s[0]) if n_req > 1 else 0.0
-                sides.append(_open(unit, traffic, count, rate, n_req / count, span))
+                sides.append(open_side(unit, traffic, count, rate, n_req / count, span))
     stable = all(s.stable for s in sides) and rate <= cap_total * (1 + 1e-9)
     dec = sides[-1]
     traffic = sides_in[-1][1]
@@ -317,7 +226,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
             ttft_mean += xfer + side.op.step_s * 1.5
             ttft_p99 += link.exposed_s(round(traffic_s.input_p99), pre_s) + side.op.step_s * 2
             continue
-        q_mean, q_p99 = _queue(side, traffic_s, cv2, rate / count, population is not None)
+        q_mean, q_p99 = queue_wait_s(side, traffic_s, cv2, rate / count, population is not None)
         if isinstance(a, OfflineArrival):  # request j of the backlog waits ~ j / rate
             q_mean += side.seat_wait_s / 2
             q_p99 += side.seat_wait_s * 0.99
@@ -332,7 +241,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         scale = traffic_s.input_p99 / max(traffic_s.input_mean, 1.0)
         ttft_mean += q_mean + side.op.prefill_s
         ttft_p99 += q_p99 + side.op.prefill_s * max(1.0, scale)
-    tpot50, tpot99 = _tpot(dec, traffic)
+    tpot50, tpot99 = side_tpot_s(dec, traffic)
     if isinstance(a, ClosedLoopArrival | OfflineArrival) and population is not None:
         # Everyone arrives at once at the start: the last of the first wave waits for all
         # their prompts to be prefilled.
