@@ -11,6 +11,7 @@ and, per scenario, in `notes`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,6 +183,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         population = min(population, float(n_req))
     sides: list[Side] = []
     seat_wait = 0.0
+    excess_s = 0.0  # closed loop over pools beyond their capacity: the clients that wait
     if population is not None and len(sides_in) == 1:
         unit, traffic, count = sides_in[0]
         active = max(1.0, min(float(count), population))  # fewer in flight than units
@@ -190,20 +192,35 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         sides.append(Side(unit, count, op, why, top.rate_per_s, True, seat_wait))
         rate = op.rate_per_s * active
     else:
-        if rate is None:  # closed loop over two pools: drive at the tighter pool's capacity
-            rate = cap_total * 0.999
-            notes.append("closed loop over disaggregated pools: modelled at the tighter "
-                         "pool's capacity")
-        for unit, traffic, count in sides_in:
-            if unit.prefills_only:
-                per = rate / count
-                alone = Operating(0.0, per, 0.0, 0.0,
-                                  capacity(unit, traffic)[0].prefill_s, 0.0)
-                cap_u = prefill_capacity_per_s(unit, traffic)
-                sides.append(Side(unit, count, alone, "prefill", cap_u, per < cap_u))
-            else:
-                span = float(stream.arrival_s[-1] - stream.arrival_s[0]) if n_req > 1 else 0.0
-                sides.append(open_side(unit, traffic, count, rate, n_req / count, span))
+        closed_pools = rate is None
+
+        def pool_sides(r: float) -> list[Side]:
+            out: list[Side] = []
+            for unit, traffic, count in sides_in:
+                if unit.prefills_only:
+                    per = r / count
+                    alone = Operating(0.0, per, 0.0, 0.0,
+                                      capacity(unit, traffic)[0].prefill_s, 0.0)
+                    cap_u = prefill_capacity_per_s(unit, traffic)
+                    out.append(Side(unit, count, alone, "prefill", cap_u, per < cap_u))
+                else:
+                    # A closed loop's requests are sent over n / rate seconds.
+                    span = (n_req / max(r, 1e-12) if closed_pools else
+                            float(stream.arrival_s[-1] - stream.arrival_s[0]) if n_req > 1
+                            else 0.0)
+                    out.append(open_side(unit, traffic, count, r, n_req / count, span))
+            return out
+
+        if closed_pools:
+            assert population is not None
+            rate, excess_s = _drive_pools(pool_sides, sides_in, engine, cv2, cap_total,
+                                          population, offset_mean)
+            notes.append("closed loop over disaggregated pools: the rate at which the clients' "
+                         "cycle closes (Little's law), at most the tighter pool's capacity; "
+                         "clients beyond it wait in the prefill queue")
+        assert rate is not None
+        sides = pool_sides(rate)
+    assert rate is not None
     stable = all(s.stable for s in sides) and rate <= cap_total * (1 + 1e-9)
     dec = sides[-1]
     traffic = sides_in[-1][1]
@@ -227,6 +244,10 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
             ttft_p99 += link.exposed_s(round(traffic_s.input_p99), pre_s) + side.op.step_s * 2
             continue
         q_mean, q_p99 = queue_wait_s(side, traffic_s, cv2, rate / count, population is not None)
+        if unit.prefills_only and population is not None:
+            # Arrival theorem: a client finds the others, not itself, in the system.
+            seen = (population - 1) / population
+            q_mean, q_p99 = q_mean * seen + excess_s, q_p99 * seen + excess_s
         if isinstance(a, OfflineArrival):  # request j of the backlog waits ~ j / rate
             q_mean += side.seat_wait_s / 2
             q_p99 += side.seat_wait_s * 0.99
@@ -301,6 +322,44 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         run_tps / gpus, gpus, tuple(notes), refused_requests(engine, stream),
     )
 
+
+
+def _drive_pools(pool_sides: Callable[[float], list[Side]],
+                 sides_in: list[tuple[Unit, Traffic, int]], engine: Engine, cv2: float,
+                 cap_total: float, population: float, offset_s: float) -> tuple[float, float]:
+    """(rate, excess wait) of `population` clients cycling through a prefill pool, the KV
+    transfer and a decode pool: the rate at which rate x cycle time = population (Little's
+    law), by bisection; past the tighter pool's capacity the rate stays there and the clients
+    left over wait population / rate - cycle in the prefill queue."""
+    link = engine.kv_link
+    assert link is not None
+
+    def cycle_s(r: float) -> float:
+        total = offset_s
+        sides = pool_sides(r)
+        for side, (unit, traffic, count) in zip(sides, sides_in, strict=True):
+            if unit.prefills_only:
+                seen = (population - 1) / population  # a client finds only the others queued
+                total += queue_wait_s(side, traffic, cv2, r / count, True)[0] * seen
+                total += side.op.prefill_s
+                total += link.exposed_s(round(traffic.input_mean), side.op.prefill_s)
+            else:
+                total += decode_steps(traffic, unit) * side.op.step_s
+        return total
+
+    top = cap_total * 0.999
+    if top <= 0:
+        return 0.0, 0.0
+    if top * cycle_s(top) <= population:
+        return top, max(0.0, population / top - cycle_s(top))
+    lo, hi = 0.0, top
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if mid * cycle_s(mid) < population:
+            lo = mid
+        else:
+            hi = mid
+    return lo, 0.0
 
 def _run_throughput(scenario: Scenario, stream: RequestStream, rate: float, out_tok: float,
                     e2e_s: float, population: float | None) -> float:
