@@ -23,7 +23,13 @@ from simulator.inputs.scenario import (
     Scenario,
 )
 from simulator.serving.engine_build import Engine
-from simulator.serving.estimate_sides import Side, open_side, queue_wait_s, side_tpot_s
+from simulator.serving.estimate_sides import (
+    Side,
+    open_side,
+    pool_prefill_wait_s,
+    queue_wait_s,
+    side_tpot_s,
+)
 from simulator.serving.ranks_setup import replicas_per_engine
 from simulator.serving.steady_state import (
     Operating,
@@ -243,11 +249,12 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
             ttft_mean += xfer + side.op.step_s * 1.5
             ttft_p99 += link.exposed_s(round(traffic_s.input_p99), pre_s) + side.op.step_s * 2
             continue
-        q_mean, q_p99 = queue_wait_s(side, traffic_s, cv2, rate / count, population is not None)
-        if unit.prefills_only and population is not None:
-            # Arrival theorem: a client finds the others, not itself, in the system.
-            seen = (population - 1) / population
-            q_mean, q_p99 = q_mean * seen + excess_s, q_p99 * seen + excess_s
+        if unit.prefills_only and population is not None:  # closed loop over the pools
+            q_mean, q_p99 = pool_prefill_wait_s(side, traffic_s, cv2, rate / count, population)
+            q_mean, q_p99 = q_mean + excess_s, q_p99 + excess_s
+        else:
+            q_mean, q_p99 = queue_wait_s(side, traffic_s, cv2, rate / count,
+                                         population is not None)
         if isinstance(a, OfflineArrival):  # request j of the backlog waits ~ j / rate
             q_mean += side.seat_wait_s / 2
             q_p99 += side.seat_wait_s * 0.99
@@ -323,7 +330,6 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     )
 
 
-
 def _drive_pools(pool_sides: Callable[[float], list[Side]],
                  sides_in: list[tuple[Unit, Traffic, int]], engine: Engine, cv2: float,
                  cap_total: float, population: float, offset_s: float) -> tuple[float, float]:
@@ -339,8 +345,7 @@ def _drive_pools(pool_sides: Callable[[float], list[Side]],
         sides = pool_sides(r)
         for side, (unit, traffic, count) in zip(sides, sides_in, strict=True):
             if unit.prefills_only:
-                seen = (population - 1) / population  # a client finds only the others queued
-                total += queue_wait_s(side, traffic, cv2, r / count, True)[0] * seen
+                total += pool_prefill_wait_s(side, traffic, cv2, r / count, population)[0]
                 total += side.op.prefill_s
                 total += link.exposed_s(round(traffic.input_mean), side.op.prefill_s)
             else:
@@ -350,8 +355,9 @@ def _drive_pools(pool_sides: Callable[[float], list[Side]],
     top = cap_total * 0.999
     if top <= 0:
         return 0.0, 0.0
-    if top * cycle_s(top) <= population:
-        return top, max(0.0, population / top - cycle_s(top))
+    cycle_top = cycle_s(top)
+    if top * cycle_top <= population:
+        return top, max(0.0, population / top - cycle_top)
     lo, hi = 0.0, top
     for _ in range(50):
         mid = (lo + hi) / 2
@@ -360,6 +366,7 @@ def _drive_pools(pool_sides: Callable[[float], list[Side]],
         else:
             hi = mid
     return lo, 0.0
+
 
 def _run_throughput(scenario: Scenario, stream: RequestStream, rate: float, out_tok: float,
                     e2e_s: float, population: float | None) -> float:

@@ -37,7 +37,7 @@ class Side:
 
 
 def open_side(unit: Unit, traffic: Traffic, count: int, rate: float, requests: float,
-          span_s: float) -> Side:
+              span_s: float) -> Side:
     """The open-loop steady state of `count` units sharing `rate` (overloaded: the full batch),
     no larger than a finite run reaches: by Little's law over the run, `requests` arriving over
     `span_s` and each staying R keep requests · R / (span + R) in flight on average."""
@@ -57,28 +57,29 @@ def open_side(unit: Unit, traffic: Traffic, count: int, rate: float, requests: f
 
 
 def queue_wait_s(side: Side, traffic: Traffic, cv2: float, rate_per_unit: float,
-           closed: bool = False) -> tuple[float, float]:
+                 closed: bool = False) -> tuple[float, float]:
     """(mean, p99) wait before a request's prefill starts on this side: the residual of the
     step under way, the prefill channel (Kingman) and the batch seats (Allen-Cunneen). A
     closed loop sends a request only when one finishes: no random queue, the residual only."""
     op, unit = side.op, side.unit
     if not side.stable:
         return math.inf, math.inf
-    residual = op.step_s / 2 if not unit.prefills_only else op.prefill_s / 2 * min(
-        1.0, rate_per_unit * op.prefill_s)
-    # The steps planned ahead or between polls (serving/intake.py), paid when the engine is
-    # busy on arrival: with Poisson occupancy of mean B, P(busy) = 1 - exp(-B).
     if unit.prefills_only:
-        residual += unit.wait_steps * op.prefill_s * min(1.0, rate_per_unit * op.prefill_s)
-    else:
-        residual += unit.wait_steps * op.step_s * -math.expm1(-op.batch)
-    if closed:
+        # The prefill under way and the ones planned ahead, paid when the unit is busy.
+        busy = min(1.0, rate_per_unit * op.prefill_s)
+        residual = op.prefill_s / 2 * busy + unit.wait_steps * op.prefill_s * busy
+    elif closed:
         # A closed loop sends its next request the moment one finishes, at a step's end, as
         # the next step (planned without it) starts: it waits that whole step and the steps
         # planned ahead, not half a step (the simulation's queue: 1.9-2.0 steps on the
         # InferenceX vLLM and TensorRT-LLM c8 setups, one step ahead).
-        if not unit.prefills_only:
-            residual = (1 + unit.wait_steps) * op.step_s
+        residual = (1 + unit.wait_steps) * op.step_s
+    else:
+        # Half the step under way, and the steps planned ahead or between polls
+        # (serving/intake.py) when the engine is busy on arrival: with Poisson occupancy of
+        # mean B, P(busy) = 1 - exp(-B).
+        residual = op.step_s / 2 + unit.wait_steps * op.step_s * -math.expm1(-op.batch)
+    if closed:
         return residual, 2 * residual
     load = op.prefill_load if not unit.prefills_only else rate_per_unit * op.prefill_s
     w1 = kingman_wait_s(load, op.prefill_s, cv2, traffic.input_cv2)
@@ -107,3 +108,13 @@ def side_tpot_s(side: Side, traffic: Traffic) -> tuple[float, float]:
     share = min(1.0, extra / max(op.decode_step_s, 1e-12) + 1 / short) if extra > 0 else 0.0
     p99 = hi + max(extra, share * (op.step_s - op.decode_step_s)) / unit.tokens_per_step
     return p50 / unit.tokens_per_step, max(p99 / unit.tokens_per_step, p50 / unit.tokens_per_step)
+
+
+def pool_prefill_wait_s(side: Side, traffic: Traffic, cv2: float, rate_per_unit: float,
+                        population: float) -> tuple[float, float]:
+    """(mean, p99) wait at a prefill pool that `population` clients cycle through: the
+    closed-loop residual, scaled by the arrival theorem (a client finds the others queued,
+    not itself: (N - 1) / N of the load)."""
+    mean, p99 = queue_wait_s(side, traffic, cv2, rate_per_unit, True)
+    seen = (population - 1) / population
+    return mean * seen, p99 * seen

@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from simulator.inputs.yamlfile import load_yaml_mapping
 
 RATE_ROWS = Path(__file__).parent / "disaggregation_rows.yaml"
 RATIO_METRIC = "slo_rate_ratio"
@@ -59,8 +59,7 @@ def max_rate_at_attainment(
 
 @cache
 def _spec() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(RATE_ROWS.read_text())
-    return data
+    return load_yaml_mapping(RATE_ROWS, "validation rows", "goodputs and rows")
 
 
 def rate_rows() -> set[str]:

@@ -11,7 +11,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from simulator.inputs.yamlfile import load_yaml_mapping
+from simulator.sweep.frontier import pareto_mask
 
 SWEEP_ROWS = Path(__file__).parent / "sweep_rows.yaml"
 SWEEP_METRIC = "speed_target_throughput_ratio"
@@ -20,13 +21,10 @@ Point = tuple[float, float]  # (output tokens/s per user, output tokens/s per GP
 
 
 def pareto_front(points: list[Point]) -> list[Point]:
-    """The points no other point matches or beats on both axes, by rising per-user speed
-    (so by falling per-GPU throughput)."""
-    front = [
-        p for p in points
-        if not any(q != p and q[0] >= p[0] and q[1] >= p[1] for q in points)
-    ]
-    return sorted(set(front))
+    """The sweep's frontier (sweep/frontier.py, both axes maximized), once each, by rising
+    per-user speed (so by falling per-GPU throughput)."""
+    mask = pareto_mask([x for x, _ in points], [y for _, y in points])
+    return sorted({p for p, on in zip(points, mask, strict=True) if on})
 
 
 def throughput_at_speed(points: list[Point], speed: float) -> float | None:
@@ -46,8 +44,7 @@ def throughput_at_speed(points: list[Point], speed: float) -> float | None:
 
 @cache
 def _spec() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(SWEEP_ROWS.read_text())
-    return data
+    return load_yaml_mapping(SWEEP_ROWS, "validation rows", "sides and rows")
 
 
 def sweep_rows() -> set[str]:
