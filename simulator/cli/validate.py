@@ -118,4 +118,13 @@ def validate(
 
         click.echo("")
         click.echo("\n".join(ablation_markdown(ablated)[4:]))  # the table, without its preamble
+    from simulator.validation.ranking import RankedPair
+
+    pairs = [RankedPair(**p) for p in result["ranking"]]
+    bad = [p for p in pairs if not p.concordant]
+    widest = max((p.measured_gap for p in bad), default=0.0)
+    click.echo(
+        f"config ranking: {len(pairs) - len(bad)} of {len(pairs)} pairs in order"
+        + (f" (the discordant ones measured at most {widest:.1%} apart)" if bad else "")
+    )
     click.echo(f"{len(result['pending'])} rows pending (listed in {REPORT.name} and --json)")

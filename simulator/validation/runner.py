@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.validation.ranking import Point, RankedPair, ranked_pairs, ranking_markdown
 from simulator.validation.rows import Row, load_rows, metric_class, metric_value
 from simulator.validation.slo_rate import RATIO_METRIC, predict_ratio
 from simulator.validation.speculative_rows import (
@@ -140,8 +141,22 @@ def run_validation(subset: str | None = None, band: bool = False) -> dict[str, A
         ],
         "groups": group_stats(scored) if scored else {},
         "band_coverage": sum(coverage) / len(coverage) if coverage else None,
+        "ranking": [asdict(p) for p in ranked_pairs(rank_points(scored))],
         "pending": [{"id": r.id, "pending": r.pending} for r in pending],
     }
+
+
+def rank_points(scored: Iterable[Scored]) -> list[Point]:
+    """The plainly simulated rows as configs grouped by model, GPU, metric and workload shape
+    (ratios and speculative setups compare two runs each and are left out)."""
+    out = []
+    for s in scored:
+        r = s.row
+        if not simulated_row(r) or r.measured is None:
+            continue
+        shape = f"{r.fields['input_tokens']}/{r.fields['output_tokens']}"
+        out.append(Point(f"{r.model} {r.gpu} {r.metric} {shape}", r.id, r.measured, s.predicted))
+    return out
 
 
 def load_baseline() -> dict[str, float]:
@@ -213,6 +228,7 @@ def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = N
         *metric_table(result["groups"].get("measures", {})),
         "",
         *(ablation_lines or []),
+        *ranking_markdown([RankedPair(**p) for p in result["ranking"]], TARGET_MEDIAN),
         "## Every row",
         "",
         "| row | measured | predicted | error | band |",
