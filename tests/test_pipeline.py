@@ -137,12 +137,13 @@ def test_gb200_nvl72_keeps_tp16_in_one_domain() -> None:
 
 
 def test_ep16_over_two_nodes_pays_the_scale_out_all_to_all() -> None:
-    # DeepSeek-R1, attention-DP16 + EP16 on two 8-GPU H100 nodes, 16 tokens (one per rank):
-    # each GPU dispatches 16/16 × 8 experts × 7168 hidden = 57344 elements (FP8) and
-    # combines them back in BF16, per MoE layer, over the NIC since 16 > the 8-GPU domain.
+    # DeepSeek-R1, attention-DP16 + EP16 with an all-to-all dispatch (DeepEP-style) on two
+    # 8-GPU H100 nodes, 16 tokens (one per rank): each GPU dispatches 16/16 × 8 experts × 7168
+    # hidden = 57344 elements (FP8) and combines them back in BF16, per MoE layer, over the NIC
+    # since 16 > the 8-GPU domain.
     arch = load_architecture("deepseek-r1")
     hw = load_hardware("h100-sxm")
-    m = StepModel(arch, hw, ParallelLayout(1, 1, 16, 16), FP8)
+    m = StepModel(arch, hw, ParallelLayout(1, 1, 16, 16, moe_all_to_all=True), FP8)
     assert arch.moe is not None
     row = next(o for o in m.cost(BatchShape(decode_seqs=16, decode_context_tokens=16_000)).ops
                if o.op == "ep_alltoall")

@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 @click.option("--pp", "pp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--ep", "ep", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--attention-dp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--moe-dispatch",
+    type=click.Choice(["gather", "all_to_all"]),
+    default="gather",
+    show_default=True,
+    help="How attention-DP ranks exchange tokens on MoE layers (all_to_all: DeepEP-style).",
+)
 @click.option("--weights", type=FORMAT, default=None)
 @click.option("--activations", type=FORMAT, default=None)
 @click.option("--kv-cache", type=FORMAT, default=None)
@@ -43,6 +50,7 @@ def explain(
     pp: int,
     ep: int,
     attention_dp: int,
+    moe_dispatch: str,
     weights: str | None,
     activations: str | None,
     kv_cache: str | None,
@@ -64,7 +72,7 @@ def explain(
     result = run_explain(
         model,
         gpu,
-        ParallelLayout(tp, pp, attention_dp, ep),
+        ParallelLayout(tp, pp, attention_dp, ep, moe_all_to_all=moe_dispatch == "all_to_all"),
         formats,
         decode_batch,
         context,

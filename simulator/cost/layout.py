@@ -22,6 +22,9 @@ class ParallelLayout:
     attention_data_parallel: int = 1
     expert_parallel: int = 1
     redundant_experts: int = 0  # EPLB-style extra expert slots, spread evenly over EP ranks
+    # Attention-DP MoE layers dispatch and combine tokens all-to-all (DeepEP-style) instead of
+    # gathering every rank's tokens on every GPU and scattering them back.
+    moe_all_to_all: bool = False
 
     @property
     def gpus(self) -> int:
@@ -67,6 +70,10 @@ def check_layout(arch: Architecture, layout: ParallelLayout) -> None:
             f"pipeline_parallel {layout.pipeline_parallel} exceeds the {arch.num_layers} layers"
         )
     ep = layout.expert_parallel
+    if layout.moe_all_to_all and (ep == 1 or layout.attention_data_parallel == 1):
+        raise LayoutError(
+            "an all-to-all MoE dispatch needs attention_data_parallel > 1 and expert_parallel > 1"
+        )
     if ep > 1:
         if arch.moe is None:
             raise LayoutError(f"expert_parallel {ep} needs an MoE model; {arch.name} is dense")

@@ -94,9 +94,14 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
     h, L = a.hidden_size, a.num_layers
     ma = rank_tokens
     ops: list[OpCost] = []
-    # Collectives around attention and the FFN. Pure TP: two all-reduces per layer.
+    # Collectives around attention and the FFN. Pure TP: two all-reduces per layer; with
+    # expert parallelism too, since every GPU holds every token, runs its own experts on them
+    # and the FFN's all-reduce sums the partial outputs (SGLang's default EP "uses All-Reduce
+    # or All-Gather for token dispatch", --moe-a2a-backend none; TensorRT-LLM fuses the MoE
+    # finalize into that all-reduce, flashinfer trtllm_moe_finalize_allreduce_fusion).
     # Attention-DP: all-reduce inside each TP group, then the FFN group gathers every
-    # rank's tokens and scatters them back (SGLang-style DP attention).
+    # rank's tokens and scatters them back (SGLang-style DP attention), except on MoE layers
+    # that dispatch all-to-all instead (ffn_ops).
     if dp == 1:
         act_bytes = tokens * h * BF16_BYTES
         if tp > 1:  # a single GPU has nothing to reduce: no row, no bytes on the wire
@@ -110,11 +115,13 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
     else:
         act_bytes = max(tokens, dp * ma) * h * BF16_BYTES
         per_rank = ma * h * BF16_BYTES if tp > 1 else 0.0  # no all-reduce over one rank
-        t = L * (
-            allreduce_time_s(per_rank, tp, k.hw)
-            + 2 * allgather_time_s(act_bytes, group, k.hw)
+        gathered = L - a.num_moe_layers if lay.moe_all_to_all else L
+        t = L * allreduce_time_s(per_rank, tp, k.hw) + gathered * 2 * allgather_time_s(
+            act_bytes, group, k.hw
         )
-        ops.append(k.comm("dp_gather_scatter", t, L * (per_rank + 2 * act_bytes)))
+        ops.append(
+            k.comm("dp_gather_scatter", t, L * per_rank + gathered * 2 * act_bytes)
+        )
 
     ops.extend(ffn_ops(k, tokens))
     if lay.pipeline_parallel > 1:
@@ -172,7 +179,7 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     block_fixed = k.moe_block_fixed(Lm)
     if block_fixed is not None:
         ops.append(block_fixed)
-    if ep > 1:
+    if lay.moe_all_to_all:  # dispatch in the activation format, combine in BF16
         a_bytes = min(get_format(k.formats.activations).bytes_per_element, BF16_BYTES)
         # The busiest rank receives `hot` times the mean rank's routed activations.
         sent = tokens / group * moe.experts_per_token * h * hot

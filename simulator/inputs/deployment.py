@@ -124,6 +124,12 @@ class _Worker(_Strict):
     pipeline_parallel: PosInt = 1
     attention_data_parallel: PosInt = 1
     expert_parallel: PosInt = 1
+    # How an attention-DP replica's MoE layers exchange tokens: `gather` (all-gather before the
+    # experts, reduce-scatter after: SGLang's default --moe-a2a-backend none, vLLM's
+    # allgather_reducescatter) or `all_to_all` (dispatch and combine each token to its experts'
+    # GPUs only: DeepEP-style kernels). With attention TP every GPU already holds every token
+    # and the layer's all-reduce combines the experts, so neither applies there.
+    moe_dispatch: Literal["gather", "all_to_all"] = "gather"
     # In-engine balancer of requests over attention-DP ranks (SGLang's load-balance method).
     attention_dp_router: RankRouter = "round_robin"
     moe_routing: MoeRouting = MoeRouting()
@@ -145,6 +151,18 @@ class _Worker(_Strict):
             raise _invalid(
                 f"expert_parallel {v} exceeds tensor_parallel {tp} × attention_data_parallel "
                 f"{dp} = {tp * dp}; experts are spread over the GPUs of one replica"
+            )
+        return v
+
+    @field_validator("moe_dispatch")
+    @classmethod
+    def _dispatch_needs_ranks(cls, v: str, info: ValidationInfo) -> str:
+        dp, ep = info.data.get("attention_data_parallel"), info.data.get("expert_parallel")
+        if v == "all_to_all" and (dp == 1 or ep == 1):
+            raise _invalid(
+                f"moe_dispatch all_to_all needs attention_data_parallel > 1 and expert_parallel "
+                f"> 1 (got {dp} and {ep}): with attention TP every GPU holds every token and "
+                f"the layer's all-reduce combines the experts; use gather"
             )
         return v
 

@@ -21,7 +21,8 @@ def step_model(spec: Mapping[str, Any]) -> StepModel:
         load_hardware(str(spec["hardware"]["gpu"])),
         ParallelLayout(int(dep.get("tensor_parallel", 1)), int(dep.get("pipeline_parallel", 1)),
                        int(dep.get("attention_data_parallel", 1)),
-                       int(dep.get("expert_parallel", 1))),
+                       int(dep.get("expert_parallel", 1)),
+                       moe_all_to_all=dep.get("moe_dispatch") == "all_to_all"),
         Formats(prec.get("weights", "bf16"), prec.get("activations", "bf16"),
                 prec.get("kv_cache", "bf16")),
     )

@@ -213,6 +213,7 @@ def _layout(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> Para
         attention_dp_ranks(pool, arch),
         pool.expert_parallel,
         pool.moe_routing.redundant_experts,
+        pool.moe_dispatch == "all_to_all",
     )
 
 

@@ -110,6 +110,9 @@ def engine_args(
             args += ["--data-parallel-size", str(adp)]
         if ep > 1:
             args += ["--enable-expert-parallel"]
+            if dep.get("moe_dispatch") == "all_to_all":
+                lines.append("# the simulated MoE dispatch is all-to-all: choose one of vLLM's "
+                             "DeepEP all2all backends for this version (not emitted)")
             if ep != tp * adp:
                 lines.append(f"# vLLM spreads experts over TP x DP = {tp * adp} GPUs; the "
                              f"simulated expert_parallel is {ep}")
@@ -130,6 +133,8 @@ def engine_args(
             args += ["--dp-size", str(adp), "--enable-dp-attention"]
         if ep > 1:
             args += ["--ep-size", str(ep)]
+            if dep.get("moe_dispatch") == "all_to_all":
+                args += ["--moe-a2a-backend", "deepep"]
         if pp > 1:
             args += ["--pp-size", str(pp)]
         args += ["--max-running-requests", str(seqs),
@@ -151,6 +156,9 @@ def engine_args(
                 "--pp_size", str(pp)]
         if ep > 1:
             args += ["--ep_size", str(ep)]
+            if dep.get("moe_dispatch") == "all_to_all":
+                lines.append("# the simulated MoE dispatch is all-to-all: TensorRT-LLM picks its "
+                             "MoE communication with attention DP itself (not emitted)")
         args += ["--max_batch_size", str(seqs), "--max_num_tokens", str(tokens),
                  "--kv_cache_free_gpu_memory_fraction", f"{mem:g}",
                  "--extra_llm_api_options", extra_file]
