@@ -59,7 +59,9 @@ class Explanation:
         m, tokens, a = self.model, self.batch.tokens, self.arch
         out = {"attention_projections": m.gemm_class(tokens, bf16=a.bf16_attention).kernel_class}
         if a.num_dense_mlp_layers:
-            out["dense_mlp"] = m.gemm_class(tokens).kernel_class
+            out["dense_mlp"] = m.gemm_class(
+                tokens, bf16="dense_mlp" in a.bf16_modules
+            ).kernel_class
         moe = a.moe
         if moe is not None and a.num_moe_layers:
             rows = max(1, tokens * moe.experts_per_token // moe.num_experts)

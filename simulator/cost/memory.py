@@ -59,6 +59,13 @@ def attention_weight_params_per_gpu(arch: Architecture, tp: int) -> float:
     return q_and_o + kv
 
 
+def attention_out_params_per_gpu(arch: Architecture, tp: int) -> float:
+    """The output projection's share of attention_weight_params_per_gpu (heads x v dim ->
+    hidden, sharded over TP)."""
+    v_dim = arch.mla.v_head_dim if arch.mla is not None else arch.head_dim
+    return arch.num_attention_heads * v_dim * arch.hidden_size / tp
+
+
 def ffn_weight_params_per_gpu(arch: Architecture, layout: ParallelLayout) -> tuple[float, float]:
     """(dense-MLP layer params, MoE layer params) one GPU holds for one layer of each kind."""
     group = layout.mlp_group
@@ -79,13 +86,24 @@ def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: F
     pp = layout.pipeline_parallel
     share = layers_per_stage(arch, pp) / arch.num_layers
     dense_p, moe_p = ffn_weight_params_per_gpu(arch, layout)
-    attn = arch.num_layers * attention_weight_params_per_gpu(arch, layout.tensor_parallel)
-    linear = arch.num_dense_mlp_layers * dense_p + arch.num_moe_layers * moe_p
+    tp, L = layout.tensor_parallel, arch.num_layers
+    out = L * attention_out_params_per_gpu(arch, tp)
+    shared = arch.num_moe_layers * arch.shared_expert_params_per_layer / layout.mlp_group
+    # Each linear group at the weight format, or BF16 where the checkpoint keeps it so
+    # (architecture.MODULE_GROUPS, from modules_to_not_convert or the precision block).
+    groups = {
+        "attention_in": L * attention_weight_params_per_gpu(arch, tp) - out,
+        "attention_out": out,
+        "dense_mlp": arch.num_dense_mlp_layers * dense_p,
+        "shared_experts": shared,
+    }
+    linear = arch.num_moe_layers * moe_p - shared  # routed experts: always the weight format
     bf16_params: float = arch.num_moe_layers * arch.router_params_per_layer + arch.norm_params
-    if arch.bf16_attention:  # the checkpoint keeps attention in BF16 (modules_to_not_convert)
-        bf16_params += attn
-    else:
-        linear += attn
+    for group, params in groups.items():
+        if group in arch.bf16_modules:
+            bf16_params += params
+        else:
+            linear += params
     bf16_params += arch.fuse_params  # a drafter's input projection: replicated, BF16
     linear_bytes = share * (linear * wb + bf16_params * BF16_BYTES)
     # Vocab-parallel embedding and LM head over TP; with PP they sit on the first/last stage.

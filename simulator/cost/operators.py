@@ -45,7 +45,8 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
     a, tp = k.arch, k.layout.tensor_parallel
     h, L = a.hidden_size, a.num_layers
     ma = rank_tokens
-    bf16_attn = a.bf16_attention  # checkpoint keeps attention BF16 (modules_to_not_convert)
+    # Module groups the checkpoint keeps BF16 (modules_to_not_convert and the like).
+    bf16_attn, bf16_out = a.bf16_attention, "attention_out" in a.bf16_modules
     ops: list[OpCost] = []
     if ma > 0:
         ops.append(k.elementwise("embedding", ma * h * BF16_BYTES, 1))
@@ -64,7 +65,7 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
             kv_n = heads * (m.qk_nope_head_dim + m.v_head_dim)
             ops.append(k.gemm("mla_kv_up_proj", ma, kv_n, m.kv_lora_rank, L, bf16=bf16_attn))
             o_k = heads * m.v_head_dim
-        ops.append(k.gemm("o_proj", ma, h, o_k, L, bf16=bf16_attn))
+        ops.append(k.gemm("o_proj", ma, h, o_k, L, bf16=bf16_out))
     i_loc = a.intermediate_size / k.layout.mlp_group
     norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
     # RoPE rotates this rank's queries and keys in place (read + write each).
@@ -138,10 +139,11 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     gate_mult = 2 if a.gated_mlp else 1
     if a.num_dense_mlp_layers:
         n_loc = a.intermediate_size // group
+        bf16 = "dense_mlp" in a.bf16_modules
         ops.append(
-            k.gemm("mlp_up_gate", tokens, gate_mult * n_loc, h, a.num_dense_mlp_layers)
+            k.gemm("mlp_up_gate", tokens, gate_mult * n_loc, h, a.num_dense_mlp_layers, bf16=bf16)
         )
-        ops.append(k.gemm("mlp_down", tokens, h, n_loc, a.num_dense_mlp_layers))
+        ops.append(k.gemm("mlp_down", tokens, h, n_loc, a.num_dense_mlp_layers, bf16=bf16))
     if a.moe is None or a.num_moe_layers == 0:
         return ops
     moe, Lm = a.moe, a.num_moe_layers
@@ -169,8 +171,9 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     ops.append(k.gemm("moe_experts_down", m_e, h, ie, Lm, groups=touched))
     if moe.num_shared_experts:
         ish = moe.num_shared_experts * moe.shared_expert_intermediate_size // group
-        ops.append(k.gemm("moe_shared_up_gate", tokens, gate_mult * ish, h, Lm))
-        ops.append(k.gemm("moe_shared_down", tokens, h, ish, Lm))
+        bf16 = "shared_experts" in a.bf16_modules
+        ops.append(k.gemm("moe_shared_up_gate", tokens, gate_mult * ish, h, Lm, bf16=bf16))
+        ops.append(k.gemm("moe_shared_down", tokens, h, ish, Lm, bf16=bf16))
     ops.append(
         k.elementwise(
             "moe_permute_activation", Lm * routed * (2 * h + 3 * ie) * BF16_BYTES, 3 * Lm

@@ -31,6 +31,9 @@ from simulator.inputs.common import (
 )
 from simulator.inputs.speculative import SpeculativeConfig
 
+# model/architecture.py MODULE_GROUPS, spelled out for the schema (tests check they agree).
+ModuleGroup = Literal["attention_in", "attention_out", "dense_mlp", "shared_experts"]
+
 
 class Precision(_Strict):
     """Number format of weights, activations (GEMM inputs) and the KV cache."""
@@ -42,6 +45,20 @@ class Precision(_Strict):
     # (quantization_config.modules_to_not_convert, as gpt-oss names self_attn); true or false
     # overrides it, in step cost and weight memory alike.
     keep_attention_bf16: bool | None = None
+    # The module groups kept in BF16, in full (attention_in: q/k/v or MLA's q and kv
+    # projections; attention_out: o_proj; dense_mlp; shared_experts): None follows the
+    # checkpoint; a list replaces its choice (nvidia's DeepSeek-R1 FP4-v2: [attention_in]).
+    keep_bf16: list[ModuleGroup] | None = None
+
+    @field_validator("keep_bf16")
+    @classmethod
+    def _one_way_to_say_it(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if v is not None and info.data.get("keep_attention_bf16") is not None:
+            raise _invalid(
+                "give keep_bf16 or keep_attention_bf16, not both (keep_bf16 lists every "
+                "group kept in BF16, attention_in and attention_out included)"
+            )
+        return v
 
     @field_validator("activations")
     @classmethod

@@ -37,6 +37,13 @@ class MLASpec:
     v_head_dim: int
 
 
+# Linear-layer groups a checkpoint may keep in BF16 while the rest takes the weight format:
+# the attention input projections, the attention output projection, the dense MLP layers and
+# the shared experts. Embeddings, the MoE router and the LM head are BF16 in every checkpoint
+# this simulator costs.
+MODULE_GROUPS = ("attention_in", "attention_out", "dense_mlp", "shared_experts")
+
+
 @dataclass(frozen=True, slots=True)
 class Architecture:
     """Shapes of a decoder-only transformer that set its FLOPs, bytes and KV cache."""
@@ -59,9 +66,9 @@ class Architecture:
     mla: MLASpec | None
     attention_sinks: bool = False  # gpt-oss learned per-head sink logits (negligible cost)
     num_mtp_layers: int = 0  # multi-token-prediction modules (DeepSeek-V3's nextn layers)
-    # The checkpoint keeps its attention projections in BF16 whatever the weight format
-    # (quantization_config.modules_to_not_convert names self_attn, as gpt-oss does).
-    bf16_attention: bool = False
+    # Module groups the checkpoint keeps in BF16 whatever the weight format (MODULE_GROUPS;
+    # quantization_config.modules_to_not_convert names them, as gpt-oss does self_attn).
+    bf16_modules: frozenset[str] = frozenset()
     # Width of the attention projections' input (0: hidden_size). An EAGLE-3 draft head's one
     # layer attends over [token embedding; fused hidden state], 2 x hidden (vLLM
     # llama_eagle3.py: qkv_input_size = 2 * hidden_size for layer 0).
@@ -135,6 +142,11 @@ class Architecture:
         """Parameters of one (gated or plain) FFN of the given width."""
         mats = 3 if self.gated_mlp else 2
         return mats * self.hidden_size * intermediate_size
+
+    @property
+    def bf16_attention(self) -> bool:
+        """Whether the attention input projections (q/k/v, MLA's q and kv) stay BF16."""
+        return "attention_in" in self.bf16_modules
 
     @property
     def dense_mlp_params_per_layer(self) -> int:

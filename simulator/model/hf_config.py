@@ -319,18 +319,45 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         mla=mla,
         attention_sinks=model_type == "gpt_oss",
         num_mtp_layers=c.opt_int("num_nextn_predict_layers", 0),
-        bf16_attention=_keeps_attention_bf16(c.raw),
+        bf16_modules=_bf16_modules(c.raw),
     )
 
 
-def _keeps_attention_bf16(raw: Mapping[str, Any]) -> bool:
-    """True when quantization_config.modules_to_not_convert names the attention modules
-    (e.g. gpt-oss: 'model.layers.*.self_attn'); embeddings, router and LM head are BF16 in
-    every checkpoint this simulator costs, so only attention changes anything."""
-    q = raw.get("quantization_config")
-    if not isinstance(q, Mapping):
-        return False
-    names = q.get("modules_to_not_convert") or q.get("ignore") or []
-    if not isinstance(names, list):
-        return False
-    return any(isinstance(n, str) and n.rstrip(".*").endswith(("self_attn", "attn")) for n in names)
+# Last name components of the attention input and output projections across the families.
+_ATTENTION_IN = {
+    "q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "Wqkv",
+    "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "fused_qkv_a_proj_with_mqa",
+}
+_ATTENTION_OUT = {"o_proj", "out_proj", "wo"}
+_ATTENTION = {"self_attn", "attn", "attention", "self_attention"}
+
+
+def _bf16_modules(raw: Mapping[str, Any]) -> frozenset[str]:
+    """Module groups (architecture.MODULE_GROUPS) the checkpoint leaves unquantized, read from
+    the names its quantization config excludes: quantization_config.modules_to_not_convert
+    (gpt-oss: 'model.layers.*.self_attn'), .ignore (compressed-tensors) or .exclude_modules,
+    and ModelOpt's quantization.exclude_modules (hf_quant_config.json: nvidia's DeepSeek-R1
+    NVFP4 checkpoints list self_attn*; the FP4-v2 ones keep attention's input projections only,
+    quantizing wo). A group named in any layer is costed BF16 in every layer."""
+    names: list[Any] = []
+    for block in (raw.get("quantization_config"), raw.get("quantization")):
+        if isinstance(block, Mapping):
+            for key in ("modules_to_not_convert", "ignore", "exclude_modules"):
+                value = block.get(key)
+                if isinstance(value, list):
+                    names += value
+    groups: set[str] = set()
+    for n in names:
+        if not isinstance(n, str):
+            continue
+        name = n.rstrip(".*")
+        last = name.rsplit(".", 1)[-1]
+        if last in _ATTENTION:
+            groups |= {"attention_in", "attention_out"}
+        elif last in _ATTENTION_IN:
+            groups.add("attention_in")
+        elif last in _ATTENTION_OUT or (last == "dense" and "attn" in name):
+            groups.add("attention_out")
+        elif "shared_expert" in name:
+            groups.add("shared_experts")
+    return frozenset(groups)

@@ -139,8 +139,13 @@ def _build_engine(
 ) -> Engine:
     layout = _layout(dep, arch)
     p = dep.precision
-    if p.keep_attention_bf16 is not None:  # the deployment overrides the checkpoint's choice
-        arch = replace(arch, bf16_attention=p.keep_attention_bf16)
+    # The deployment overrides the checkpoint's BF16 module groups, in full or for attention.
+    if p.keep_bf16 is not None:
+        arch = replace(arch, bf16_modules=frozenset(p.keep_bf16))
+    elif p.keep_attention_bf16 is not None:
+        attention = {"attention_in", "attention_out"}
+        kept = arch.bf16_modules - attention
+        arch = replace(arch, bf16_modules=kept | attention if p.keep_attention_bf16 else kept)
     formats = Formats(p.weights, p.activations, p.kv_cache)
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
     step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)

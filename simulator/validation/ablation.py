@@ -81,9 +81,10 @@ def _no_prefill_cap(e: Engine) -> Engine:
     )
 
 
-def _attention_at_weight_format(s: dict[str, Any]) -> dict[str, Any]:
+def _every_module_at_weight_format(s: dict[str, Any]) -> dict[str, Any]:
     s = copy.deepcopy(s)
-    s["deployment"]["precision"]["keep_attention_bf16"] = False
+    s["deployment"]["precision"].pop("keep_attention_bf16", None)
+    s["deployment"]["precision"]["keep_bf16"] = []
     return s
 
 
@@ -105,8 +106,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("3", "kernel-class GEMM efficiency", "profile's gemm_classes dropped (flat fractions)",
           hardware=lambda hw: replace(hw, gemm_classes=None)),
     Cause("4", "per-module precision",
-          "attention at the weight format (keep_attention_bf16: false)",
-          scenario=_attention_at_weight_format),
+          "every module group at the weight format (keep_bf16: [])",
+          scenario=_every_module_at_weight_format),
     Cause("5", "attention kernel classes",
           "profile's attention_classes dropped (generic fractions)",
           hardware=lambda hw: replace(hw, attention_classes=None)),

@@ -66,6 +66,8 @@ class Row:
                     "weights": f["weights"],
                     "activations": f["activations"],
                     "kv_cache": f["kv_cache"],
+                    # module groups the measured checkpoint keeps in BF16 (';'-separated)
+                    **({"keep_bf16": f["keep_bf16"].split(";")} if f.get("keep_bf16") else {}),
                 },
                 "engine": f["engine"],
                 "scheduler": scheduler,
