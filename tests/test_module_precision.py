@@ -19,8 +19,8 @@ MXFP4 = Formats("mxfp4", "bf16", "bf16")
 
 def test_gpt_oss_config_keeps_attention_bf16() -> None:
     # gpt-oss-120b config.json: modules_to_not_convert = ['model.layers.*.self_attn', ...]
-    assert load_architecture("gpt-oss-120b").bf16_attention
-    assert not load_architecture("deepseek-r1").bf16_attention
+    assert load_architecture("gpt-oss-120b").keeps_bf16("attention_in")
+    assert not load_architecture("deepseek-r1").keeps_bf16("attention_in")
 
 
 def test_weights_bytes_count_attention_at_bf16() -> None:
@@ -53,9 +53,9 @@ def test_parse_ignores_configs_without_the_field() -> None:
         "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512,
         "vocab_size": 1000, "max_position_embeddings": 4096,
     }
-    assert not parse_hf_config({**cfg, **raw}, "x").bf16_attention
+    assert not parse_hf_config({**cfg, **raw}, "x").keeps_bf16("attention_in")
     kept = {"quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn"]}}
-    assert parse_hf_config({**cfg, **kept}, "x").bf16_attention
+    assert parse_hf_config({**cfg, **kept}, "x").keeps_bf16("attention_in")
 
 
 def test_precision_block_overrides_the_checkpoint() -> None:
@@ -75,7 +75,7 @@ def test_precision_block_overrides_the_checkpoint() -> None:
                          "output_tokens": {"kind": "fixed", "value": 2}},
         })
         assert s.engine is not None
-        return s.engine.arch.bf16_attention, s.engine.memory.weights_bytes_per_gpu
+        return s.engine.arch.keeps_bf16("attention_in"), s.engine.memory.weights_bytes_per_gpu
 
     assert engine("gpt-oss-120b", None)[0] and not engine("gpt-oss-120b", False)[0]
     assert engine("gpt-oss-120b", None)[1] > engine("gpt-oss-120b", False)[1]
@@ -150,3 +150,30 @@ def test_precision_block_takes_one_way_of_saying_it() -> None:
     assert "give keep_bf16 or keep_attention_bf16, not both" in msg
     s = _load(["deployment.precision.keep_bf16=[attention_in,shared_experts]"])
     assert s.deployment.precision.keep_bf16 == ["attention_in", "shared_experts"]
+
+
+@pytest.mark.parametrize(
+    ("group", "params", "ops"),
+    [
+        # DeepSeek-R1: 58 MoE layers, one shared expert of width 2048 (gate, up, down over
+        # hidden 7168) sharded over TP8: 58 x 3 x 7168 x 2048 / 8 = 319,291,392 params.
+        ("shared_experts", 58 * 3 * 7168 * 2048 / 8, ("moe_shared_up_gate", "moe_shared_down")),
+        # The first 3 layers are dense MLPs of width 18432: 3 x 3 x 7168 x 18432 / 8
+        # = 148,635,648 params.
+        ("dense_mlp", 3 * 3 * 7168 * 18432 / 8, ("mlp_up_gate", "mlp_down")),
+    ],
+)
+def test_ffn_groups_kept_bf16_cost_bf16(group: str, params: float, ops: tuple[str, ...]) -> None:
+    # Each parameter of the group moves from NVFP4 (0.5625 B) to BF16 (2 B); nothing else moves.
+    arch = load_architecture("deepseek-r1")
+    fp4 = Formats("nvfp4", "nvfp4", "fp8")
+    kept = replace(arch, bf16_modules=frozenset({group}))
+    layout = ParallelLayout(8)
+    got = weights_bytes_per_gpu(kept, layout, fp4) - weights_bytes_per_gpu(arch, layout, fp4)
+    assert got == pytest.approx(params * (2.0 - 0.5625), rel=1e-9)
+    hw = load_hardware("b200")
+    ops_kept = {o.op: o for o in StepModel(kept, hw, layout, fp4).token_ops(4)}
+    ops_plain = {o.op: o for o in StepModel(arch, hw, layout, fp4).token_ops(4)}
+    for op in ops:  # weight bytes dominate at 4 tokens: above 3x (2 / 0.5625 = 3.56x)
+        assert ops_kept[op].bytes > 3 * ops_plain[op].bytes
+    assert ops_kept["o_proj"].bytes == ops_plain["o_proj"].bytes

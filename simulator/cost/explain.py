@@ -57,11 +57,12 @@ class Explanation:
         """The GEMM kernel class (hardware profile `gemm_classes:`) each kind of GEMM in this
         step runs through: projections and MLP, MoE experts at their rows per expert, LM head."""
         m, tokens, a = self.model, self.batch.tokens, self.arch
-        out = {"attention_projections": m.gemm_class(tokens, bf16=a.bf16_attention).kernel_class}
+        def kept(group: str) -> str:  # the class of this step's GEMMs of one module group
+            return m.gemm_class(tokens, bf16=a.keeps_bf16(group)).kernel_class
+
+        out = {"attention_projections": kept("attention_in")}
         if a.num_dense_mlp_layers:
-            out["dense_mlp"] = m.gemm_class(
-                tokens, bf16="dense_mlp" in a.bf16_modules
-            ).kernel_class
+            out["dense_mlp"] = kept("dense_mlp")
         moe = a.moe
         if moe is not None and a.num_moe_layers:
             rows = max(1, tokens * moe.experts_per_token // moe.num_experts)

@@ -66,18 +66,20 @@ def attention_out_params_per_gpu(arch: Architecture, tp: int) -> float:
     return arch.num_attention_heads * v_dim * arch.hidden_size / tp
 
 
-def ffn_weight_params_per_gpu(arch: Architecture, layout: ParallelLayout) -> tuple[float, float]:
-    """(dense-MLP layer params, MoE layer params) one GPU holds for one layer of each kind."""
+def ffn_weight_params_per_gpu(
+    arch: Architecture, layout: ParallelLayout
+) -> tuple[float, float, float]:
+    """(dense-MLP layer, routed experts of a MoE layer, shared experts of a MoE layer) params
+    one GPU holds for one layer of each kind."""
     group = layout.mlp_group
     dense = arch.dense_mlp_params_per_layer / group
     if arch.moe is None:
-        return dense, 0.0
+        return dense, 0.0, 0.0
     ep = layout.expert_parallel
     expert_tp = group // ep
     slots = arch.moe.num_experts + layout.redundant_experts  # EPLB copies take memory too
     experts = slots / ep * arch.routed_expert_params / expert_tp
-    shared = arch.shared_expert_params_per_layer / group
-    return dense, experts + shared
+    return dense, experts, arch.shared_expert_params_per_layer / group
 
 
 def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: Formats) -> float:
@@ -85,22 +87,21 @@ def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: F
     wb = get_format(formats.weights).bytes_per_element
     pp = layout.pipeline_parallel
     share = layers_per_stage(arch, pp) / arch.num_layers
-    dense_p, moe_p = ffn_weight_params_per_gpu(arch, layout)
-    tp, L = layout.tensor_parallel, arch.num_layers
+    dense_p, routed_p, shared_p = ffn_weight_params_per_gpu(arch, layout)
+    tp, L, Lm = layout.tensor_parallel, arch.num_layers, arch.num_moe_layers
     out = L * attention_out_params_per_gpu(arch, tp)
-    shared = arch.num_moe_layers * arch.shared_expert_params_per_layer / layout.mlp_group
     # Each linear group at the weight format, or BF16 where the checkpoint keeps it so
     # (architecture.MODULE_GROUPS, from modules_to_not_convert or the precision block).
     groups = {
         "attention_in": L * attention_weight_params_per_gpu(arch, tp) - out,
         "attention_out": out,
         "dense_mlp": arch.num_dense_mlp_layers * dense_p,
-        "shared_experts": shared,
+        "shared_experts": Lm * shared_p,
     }
-    linear = arch.num_moe_layers * moe_p - shared  # routed experts: always the weight format
-    bf16_params: float = arch.num_moe_layers * arch.router_params_per_layer + arch.norm_params
+    linear = Lm * routed_p  # routed experts: always the weight format
+    bf16_params: float = Lm * arch.router_params_per_layer + arch.norm_params
     for group, params in groups.items():
-        if group in arch.bf16_modules:
+        if arch.keeps_bf16(group):
             bf16_params += params
         else:
             linear += params

@@ -46,7 +46,7 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
     h, L = a.hidden_size, a.num_layers
     ma = rank_tokens
     # Module groups the checkpoint keeps BF16 (modules_to_not_convert and the like).
-    bf16_attn, bf16_out = a.bf16_attention, "attention_out" in a.bf16_modules
+    bf16_attn, bf16_out = a.keeps_bf16("attention_in"), a.keeps_bf16("attention_out")
     ops: list[OpCost] = []
     if ma > 0:
         ops.append(k.elementwise("embedding", ma * h * BF16_BYTES, 1))
@@ -139,7 +139,7 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     gate_mult = 2 if a.gated_mlp else 1
     if a.num_dense_mlp_layers:
         n_loc = a.intermediate_size // group
-        bf16 = "dense_mlp" in a.bf16_modules
+        bf16 = a.keeps_bf16("dense_mlp")
         ops.append(
             k.gemm("mlp_up_gate", tokens, gate_mult * n_loc, h, a.num_dense_mlp_layers, bf16=bf16)
         )
@@ -171,7 +171,7 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     ops.append(k.gemm("moe_experts_down", m_e, h, ie, Lm, groups=touched))
     if moe.num_shared_experts:
         ish = moe.num_shared_experts * moe.shared_expert_intermediate_size // group
-        bf16 = "shared_experts" in a.bf16_modules
+        bf16 = a.keeps_bf16("shared_experts")
         ops.append(k.gemm("moe_shared_up_gate", tokens, gate_mult * ish, h, Lm, bf16=bf16))
         ops.append(k.gemm("moe_shared_down", tokens, h, ish, Lm, bf16=bf16))
     ops.append(

@@ -42,6 +42,7 @@ class MLASpec:
 # the shared experts. Embeddings, the MoE router and the LM head are BF16 in every checkpoint
 # this simulator costs.
 MODULE_GROUPS = ("attention_in", "attention_out", "dense_mlp", "shared_experts")
+ATTENTION_GROUPS = frozenset({"attention_in", "attention_out"})  # what "self_attn" names
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +144,9 @@ class Architecture:
         mats = 3 if self.gated_mlp else 2
         return mats * self.hidden_size * intermediate_size
 
-    @property
-    def bf16_attention(self) -> bool:
-        """Whether the attention input projections (q/k/v, MLA's q and kv) stay BF16."""
-        return "attention_in" in self.bf16_modules
+    def keeps_bf16(self, group: str) -> bool:
+        """Whether the checkpoint keeps module group `group` (MODULE_GROUPS) in BF16."""
+        return group in self.bf16_modules
 
     @property
     def dense_mlp_params_per_layer(self) -> int:

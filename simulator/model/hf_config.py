@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simulator.model.architecture import Architecture, MLASpec, ModelError, MoESpec
+from simulator.model.architecture import (
+    ATTENTION_GROUPS,
+    Architecture,
+    MLASpec,
+    ModelError,
+    MoESpec,
+)
 
 # Model types whose MLP is SwiGLU (gate, up, down) regardless of what `hidden_act` says.
 _GATED_MODEL_TYPES = frozenset(
@@ -338,7 +344,8 @@ def _bf16_modules(raw: Mapping[str, Any]) -> frozenset[str]:
     (gpt-oss: 'model.layers.*.self_attn'), .ignore (compressed-tensors) or .exclude_modules,
     and ModelOpt's quantization.exclude_modules (hf_quant_config.json: nvidia's DeepSeek-R1
     NVFP4 checkpoints list self_attn*; the FP4-v2 ones keep attention's input projections only,
-    quantizing wo). A group named in any layer is costed BF16 in every layer."""
+    quantizing wo). A group named in any layer is costed BF16 in every layer; dense_mlp is set
+    only by the precision block (a config names a layer's mlp, not whether it is dense)."""
     names: list[Any] = []
     for block in (raw.get("quantization_config"), raw.get("quantization")):
         if isinstance(block, Mapping):
@@ -353,7 +360,7 @@ def _bf16_modules(raw: Mapping[str, Any]) -> frozenset[str]:
         name = n.rstrip(".*")
         last = name.rsplit(".", 1)[-1]
         if last in _ATTENTION:
-            groups |= {"attention_in", "attention_out"}
+            groups |= ATTENTION_GROUPS
         elif last in _ATTENTION_IN:
             groups.add("attention_in")
         elif last in _ATTENTION_OUT or (last == "dense" and "attn" in name):

@@ -16,7 +16,7 @@ from simulator.errors import InputError, tag_key
 from simulator.hardware.profile import Hardware, load_hardware
 from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeployment, WorkerPool
 from simulator.inputs.scenario import Scenario
-from simulator.model.architecture import Architecture
+from simulator.model.architecture import ATTENTION_GROUPS, Architecture
 from simulator.model.load import load_architecture
 from simulator.serving.context_window import check_workload_fits, scenario_max_model_len
 from simulator.serving.disaggregated import PoolSpec
@@ -143,9 +143,10 @@ def _build_engine(
     if p.keep_bf16 is not None:
         arch = replace(arch, bf16_modules=frozenset(p.keep_bf16))
     elif p.keep_attention_bf16 is not None:
-        attention = {"attention_in", "attention_out"}
-        kept = arch.bf16_modules - attention
-        arch = replace(arch, bf16_modules=kept | attention if p.keep_attention_bf16 else kept)
+        kept = arch.bf16_modules - ATTENTION_GROUPS
+        arch = replace(
+            arch, bf16_modules=kept | ATTENTION_GROUPS if p.keep_attention_bf16 else kept
+        )
     formats = Formats(p.weights, p.activations, p.kv_cache)
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
     step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)
