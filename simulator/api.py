@@ -16,19 +16,20 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from simulator.closed_form.kv_load import kv_chain_summary
 from simulator.hardware.profile import Hardware
 from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
+from simulator.metrics.pool_stats import pool_summary
+from simulator.metrics.summary import SLOTargets, summarize
 from simulator.quality.of_scenario import scenario_quality
 from simulator.serving.engine_build import Engine, build_engine
-from simulator.serving.kv_load import kv_chain_summary
-from simulator.serving.metrics import DROP_REASONS, SLOTargets, summarize
-from simulator.serving.pool_stats import pool_summary
+from simulator.serving.records import DROP_REASONS
 from simulator.serving.simulation import TIMESERIES_COLUMNS, CheckHook, run
-from simulator.serving.workload import build_stream
+from simulator.workload.stream import build_stream
 
 if TYPE_CHECKING:
-    from simulator.serving.estimate import Estimate
+    from simulator.closed_form.scenario import Estimate
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Result:
     """What one simulation produced: the summary (DESIGN.md keys) and per-request records."""
 
     summary: dict[str, Any]
-    requests: npt.NDArray[Any]  # structured array, one row per request (metrics.RECORD_DTYPE)
+    requests: npt.NDArray[Any]  # one row per request (serving/records.py RECORD_DTYPE)
     status: str  # completed | time_limit | queue_limit
     preemptions: int
     kv_capacity_tokens: int
@@ -196,9 +197,9 @@ def estimate(
     *,
     skip_bad_rows: bool = False,
 ) -> Estimate:
-    """The closed-form steady-state estimate of a scenario (serving/estimate.py): the same step
+    """The closed-form steady-state estimate of a scenario (closed_form/scenario.py): the same step
     cost as `simulate`, no event simulation; milliseconds, not minutes, for a sweep screen."""
-    from simulator.serving.estimate import estimate as estimate_scenario
+    from simulator.closed_form.scenario import estimate as estimate_scenario
 
     if isinstance(scenario, Scenario):
         loaded = LoadedScenario(scenario, None)
@@ -213,7 +214,7 @@ def estimate(
 def __getattr__(name: str) -> Any:
     """`Estimate` loads with the estimate model, which `simulate` does not need."""
     if name == "Estimate":
-        from simulator.serving.estimate import Estimate
+        from simulator.closed_form.scenario import Estimate
 
         return Estimate
     raise AttributeError(f"module 'simulator.api' has no attribute {name!r}")

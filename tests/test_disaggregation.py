@@ -14,9 +14,9 @@ import simulator
 from simulator.cli.app import main
 from simulator.cost.kv_transfer import KVLinkCost
 from simulator.errors import InputError
+from simulator.metrics.pool_stats import suggest_prefill_replicas
 from simulator.report.pool_report import best_ratio_lines
 from simulator.report.sweep_report import write_sweep_report
-from simulator.serving.pool_stats import suggest_prefill_replicas
 from simulator.sweep import expand, load_sweep, run_sweep
 from simulator.sweep.table import read_csv
 from tests.sweep_helpers import REPO

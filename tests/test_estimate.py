@@ -1,4 +1,4 @@
-"""The closed-form steady-state estimate (`frontier estimate`, serving/steady_state.py): the
+"""The closed-form steady-state estimate (`frontier estimate`, closed_form/steady_state.py): the
 fluid arithmetic by hand on the same step cost, agreement with the simulation at low load,
 the KV cache and the capacity as hard limits, and one-line errors."""
 
@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 import simulator
-from simulator.cost.shape import BatchShape
-from simulator.serving.steady_state import (
+from simulator.closed_form.steady_state import (
     erlang_c,
     kingman_wait_s,
     operating_point,
     solve_rate,
     tail_s,
 )
-from simulator.serving.unit_build import make_unit
+from simulator.closed_form.unit_build import make_unit
+from simulator.cost.shape import BatchShape
 from tests.cli_helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_low_load_fluid_arithmetic_by_hand() -> None:
     # The batch sustains the offered rate, or what a finite run reaches: 1000 requests over
     # their arrival span S (≈ 2000 s), each staying R = prefill + D t, are R · 1000 / (S + R)
     # in flight on average (Little's law over the run): a little below 0.5 · D · t here.
-    from simulator.serving.workload import build_stream
+    from simulator.workload.stream import build_stream
 
     stream, _ = build_stream(loaded.scenario, None)
     span = float(stream.arrival_s[-1] - stream.arrival_s[0])
@@ -127,8 +127,8 @@ def test_tpot_grows_with_load_and_capacity_bounds_it() -> None:
     loaded = simulator.load_scenario(CHAT, FIXED)
     engine = loaded.engine
     assert engine is not None
-    from simulator.serving.stream_moments import traffic_of
-    from simulator.serving.workload import build_stream
+    from simulator.closed_form.stream_moments import traffic_of
+    from simulator.workload.stream import build_stream
 
     stream, _ = build_stream(loaded.scenario, None)
     traffic = traffic_of(stream)

@@ -6,7 +6,8 @@ import numpy as np
 
 import simulator
 from simulator.engines.style import FrontEnd, load_engine_styles
-from simulator.serving.metrics import RECORD_DTYPE, summarize
+from simulator.metrics.summary import summarize
+from simulator.serving.records import RECORD_DTYPE
 
 
 def test_offset_is_ingest_plus_tokens_plus_first_chunk() -> None:

@@ -21,7 +21,7 @@ from simulator.serving.invariants import InvariantChecker, InvariantViolation
 from simulator.serving.sched_types import PlannedStep
 from simulator.serving.scheduler import Scheduler
 from simulator.serving.simulation import run, unstable_queue
-from simulator.serving.workload import build_stream
+from simulator.workload.stream import build_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))

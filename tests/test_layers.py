@@ -24,16 +24,21 @@ LAYERS: dict[str, int] = {
     "inputs": 1,
     "quality": 1,
     "cost": 2,
-    "serving": 3,
-    "api": 4,
-    "__init__": 4,  # the package root re-exports the API
-    "sweep": 5,
-    "validation": 5,
-    "report": 6,
-    "bench": 7,
-    "lessons": 7,
-    "cli": 8,
-    "__main__": 8,
+    "workload": 2,  # request streams and traces: read inputs, know nothing of the engine
+    "serving": 3,  # the event engine
+    # The closed-form estimate over the engine's build, without simulating (not named
+    # `estimate/`: importing it would shadow the public function simulator.estimate()).
+    "closed_form": 4,
+    "metrics": 4,  # summaries of the engine's records
+    "api": 5,
+    "__init__": 5,  # the package root re-exports the API
+    "sweep": 6,
+    "validation": 6,
+    "report": 7,
+    "bench": 8,
+    "lessons": 8,
+    "cli": 9,
+    "__main__": 9,
 }
 
 

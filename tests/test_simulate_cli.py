@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import simulator
-from simulator.serving.metrics import RECORD_DTYPE
+from simulator.serving.records import RECORD_DTYPE
 from simulator.serving.simulation import TIMESERIES_COLUMNS
 from tests.cli_helpers import run_cli
 

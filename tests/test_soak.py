@@ -16,7 +16,7 @@ import pytest
 from sweep_helpers import REPO
 
 # Bytes of resident memory per simulated request above the process's baseline. The request
-# record (metrics.RECORD_DTYPE) is ~90 bytes and the stream's arrays ~40; the simulation's
+# record (serving/records.py) is ~90 bytes and the stream's arrays ~40; the simulation's
 # per-request objects come and go. 370 B/request was measured at 100k and 1M requests; a
 # leak of anything per decode step (250 steps per request here) would pass 1,500 at once.
 MAX_BYTES_PER_REQUEST = 1_500

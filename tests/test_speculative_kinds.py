@@ -14,7 +14,7 @@ import yaml
 
 from simulator.api import simulate
 from simulator.inputs.scenario import load_scenario_file
-from simulator.serving.workload import build_stream
+from simulator.workload.stream import build_stream
 
 # Public EAGLE-3 checkpoint for Llama-3.1-8B, K = 7 chain (speculative_presets.csv):
 # τ = 2.77 on MT-bench (chat), 3.49 on HumanEval (code); it has no math or summarization row.

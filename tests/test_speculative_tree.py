@@ -117,7 +117,7 @@ def test_bad_tree_is_one_line_and_exit_2(
 
 
 def test_token_budget_counts_the_tree_per_decoder() -> None:
-    from simulator.serving.steady_state import Traffic, Unit, batch_limit
+    from simulator.closed_form.steady_state import Traffic, Unit, batch_limit
 
     def unit(tree: int) -> Unit:
         return Unit(lambda *a: 0.01, max_seqs=1024, budget_tokens=8192, kv_tokens=10**9,

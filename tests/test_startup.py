@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator import code_cache
-from simulator.serving.metrics import linear_percentiles
+from simulator.metrics.summary import linear_percentiles
 
 ROOT = Path(__file__).resolve().parent.parent
 

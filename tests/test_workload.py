@@ -22,8 +22,8 @@ from simulator.inputs.scenario import (
     UniformLengths,
     load_scenario_file,
 )
-from simulator.serving.trace_files import parse_azure_timestamp, read_trace
-from simulator.serving.workload import build_stream, sample_arrivals, sample_lengths
+from simulator.workload.stream import build_stream, sample_arrivals, sample_lengths
+from simulator.workload.trace_files import parse_azure_timestamp, read_trace
 
 TRACES = Path(__file__).resolve().parent.parent / "scenarios" / "traces"
 

@@ -18,7 +18,6 @@ from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeplo
 from simulator.inputs.scenario import Scenario
 from simulator.model.architecture import ATTENTION_GROUPS, Architecture
 from simulator.model.load import load_architecture
-from simulator.serving.context_window import check_workload_fits, scenario_max_model_len
 from simulator.serving.disaggregated import PoolSpec
 from simulator.serving.ranks_setup import (
     attention_dp_ranks,
@@ -27,6 +26,7 @@ from simulator.serving.ranks_setup import (
 )
 from simulator.serving.sched_types import SchedulerConfig
 from simulator.serving.spec_engine import SpeculativeEngine, build_speculative
+from simulator.workload.context_window import check_workload_fits, scenario_max_model_len
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,18 @@ from simulator.inputs.scenario import Scenario
 from simulator.serving.disaggregated import DisaggregatedPools
 from simulator.serving.engine_build import Engine, pool_spec
 from simulator.serving.front_end import FrontEndQueue
-from simulator.serving.metrics import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
 from simulator.serving.ranks_setup import (
     dense_dp_notes,
     imbalance_share,
     make_replicas,
     pipeline_summary,
 )
+from simulator.serving.records import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
 from simulator.serving.replica import Clock, Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.spec_engine import VerifyTally, speculative_stats
-from simulator.serving.workload import RequestStream
+from simulator.workload.stream import RequestStream
 
 TIMESERIES_COLUMNS = (
     "time_s",

@@ -32,7 +32,7 @@ from simulator.serving.replica import Replica
 from simulator.serving.request import Request
 from simulator.serving.sched_types import SchedulerConfig
 from simulator.serving.speculative import SpecDecoding
-from simulator.serving.workload import RequestStream
+from simulator.workload.stream import RequestStream
 
 
 @dataclass(frozen=True)

@@ -137,10 +137,10 @@ _ENGINES: dict[str, Any] = {}
 def estimate_point(task: Task) -> Record:
     """The estimate of one point as a record (status `estimated`, or `estimate_failed` with the
     error: such a point is simulated, so the engine's own refusal is what the sweep stores)."""
+    from simulator.closed_form.scenario import estimate
     from simulator.inputs.scenario import load_scenario_file
     from simulator.serving.engine_build import build_engine
-    from simulator.serving.estimate import estimate
-    from simulator.serving.workload import build_stream
+    from simulator.workload.stream import build_stream
 
     try:
         scenario, _ = load_scenario_file(task.scenario)

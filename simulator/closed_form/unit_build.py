@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.closed_form.steady_state import StepFn, Unit
 from simulator.cost.attention import prefill_pairs
 from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.pipeline import stage_times
@@ -14,7 +15,6 @@ from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.serving.ranks_setup import microbatch_slots
 from simulator.serving.sched_types import SchedulerConfig
-from simulator.serving.steady_state import StepFn, Unit
 
 
 @dataclass(frozen=True)

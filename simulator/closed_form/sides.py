@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.serving.steady_state import (
+from simulator.closed_form.steady_state import (
     Operating,
     Traffic,
     Unit,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.serving.steady_state import Traffic, Unit, batch_limit, decode_steps
+from simulator.closed_form.steady_state import Traffic, Unit, batch_limit, decode_steps
 
 FIXED_CV2 = 1e-4  # lengths this uniform count as identical
 

@@ -15,23 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.engines.style import FrontEnd
-from simulator.inputs.deployment import DisaggregatedDeployment
-from simulator.inputs.scenario import (
-    ClosedLoopArrival,
-    OfflineArrival,
-    Scenario,
-)
-from simulator.serving.engine_build import Engine
-from simulator.serving.estimate_sides import (
+from simulator.closed_form.sides import (
     Side,
     open_side,
     pool_prefill_wait_s,
     queue_wait_s,
     side_tpot_s,
 )
-from simulator.serving.ranks_setup import replicas_per_engine
-from simulator.serving.steady_state import (
+from simulator.closed_form.steady_state import (
     Operating,
     Traffic,
     Unit,
@@ -42,15 +33,24 @@ from simulator.serving.steady_state import (
     prefill_capacity_per_s,
     solve_population,
 )
-from simulator.serving.stream_moments import (
+from simulator.closed_form.stream_moments import (
     arrival_cv2,
     offered_rate_per_s,
     refused_requests,
     traffic_of,
 )
-from simulator.serving.unit_build import make_unit
-from simulator.serving.waves import identical, waves
-from simulator.serving.workload import RequestStream
+from simulator.closed_form.unit_build import make_unit
+from simulator.closed_form.waves import identical, waves
+from simulator.engines.style import FrontEnd
+from simulator.inputs.deployment import DisaggregatedDeployment
+from simulator.inputs.scenario import (
+    ClosedLoopArrival,
+    OfflineArrival,
+    Scenario,
+)
+from simulator.serving.engine_build import Engine
+from simulator.serving.ranks_setup import replicas_per_engine
+from simulator.workload.stream import RequestStream
 
 NOT_MODELLED = (
     "queueing tails beyond the exponential-tail approximation (bursts, head-of-line blocking "

@@ -14,13 +14,13 @@ import numpy as np
 import numpy.typing as npt
 
 from simulator.engines.style import FrontEnd
-from simulator.serving.disaggregated import DisaggregatedPools
-from simulator.serving.metrics import (
+from simulator.metrics.summary import (
     SLOTargets,
     client_offset_s,
     linear_percentiles,
     percentiles,
 )
+from simulator.serving.disaggregated import DisaggregatedPools
 
 
 def _pct(values: npt.NDArray[np.float64]) -> dict[str, float | None]:

@@ -32,7 +32,7 @@ from simulator.inputs.scenario import (
     UniformLengths,
 )
 from simulator.inputs.speculative import WORKLOAD_KINDS
-from simulator.serving.trace_files import (
+from simulator.workload.trace_files import (
     MAX_BAD_ROWS_SHOWN,
     csv_column,
     read_trace,

@@ -30,8 +30,8 @@ from simulator.inputs.scenario import (
     UniformLengths,
 )
 from simulator.model.architecture import Architecture
-from simulator.serving.trace_files import csv_column, resolve_path
-from simulator.serving.workload import lognormal_params
+from simulator.workload.stream import lognormal_params
+from simulator.workload.trace_files import csv_column, resolve_path
 
 # Standard normal quantile at 0.999: the "tail" of an unclipped distribution is its p99.9,
 # i.e. one request in a thousand may pass it.

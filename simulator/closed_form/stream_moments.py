@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.closed_form.steady_state import Traffic
 from simulator.inputs.scenario import (
     ClosedLoopArrival,
     ConstantArrival,
@@ -13,8 +14,7 @@ from simulator.inputs.scenario import (
     Scenario,
 )
 from simulator.serving.engine_build import Engine
-from simulator.serving.steady_state import Traffic
-from simulator.serving.workload import RequestStream
+from simulator.workload.stream import RequestStream
 
 
 def traffic_of(stream: RequestStream, decode_pool: bool = False,

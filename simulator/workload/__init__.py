@@ -1,0 +1,1 @@
+"""Request streams: synthetic arrivals and lengths, trace files, and the context-window check."""
