@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from simulator.cli.common import USER_ERRORS, dump
-from simulator.cli.preload import preload_simulation_libraries
 from simulator.errors import InputError, located_message
 
 
@@ -52,7 +51,6 @@ def estimate_text(d: dict[str, Any], name: str) -> str:
 def estimate(scenario: str, overrides: tuple[str, ...], as_json: bool,
              skip_bad_rows: bool) -> None:
     """Estimate SCENARIO's TTFT, TPOT, throughput, batch and KV limit in closed form."""
-    preload_simulation_libraries()
     import simulator
 
     try:

@@ -8,7 +8,6 @@ import click
 
 from simulator.cli.common import USER_ERRORS, dump
 from simulator.cli.format_text import kv_chain_line, quality_line
-from simulator.cli.preload import preload_simulation_libraries
 from simulator.errors import InputError, located_message
 from simulator.units import table
 
@@ -127,7 +126,6 @@ def simulate(
     skip_bad_rows: bool,
 ) -> None:
     """Simulate SCENARIO.yaml and print its latency and throughput summary."""
-    preload_simulation_libraries()
     import numpy as np
 
     import simulator

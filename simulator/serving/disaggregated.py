@@ -30,8 +30,9 @@ from simulator.cost.kv_transfer import KVLinkCost
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.inputs.deployment import WorkerPool
+from simulator.serving.clock import Clock
 from simulator.serving.ranks_setup import make_replicas
-from simulator.serving.replica import Clock, Replica, StepLog
+from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import Router
 from simulator.serving.sched_types import SchedulerConfig

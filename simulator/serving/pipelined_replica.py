@@ -11,19 +11,22 @@ per slowest-stage time. Stage idle time while the replica has work is the pipeli
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, cast
 
 import simpy
 
-from simulator.cost.pipeline import stage_layers, stage_times
+from simulator.cost.pipeline import StageTimes, stage_layers, stage_times
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
-from simulator.serving.ranked_replica import Rank, RankedReplica
-from simulator.serving.replica import Clock, Replica, StepLog
+from simulator.serving.clock import Clock
+from simulator.serving.ranked_replica import RankedReplica
+from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import least_outstanding
-from simulator.serving.sched_types import SchedulerConfig
+from simulator.serving.sched_types import PlannedStep, SchedulerConfig
+from simulator.serving.step_commit import Rank, commit_rank
+from simulator.serving.step_loop import Process, run_steps
 
 
 class PipelinedReplica(RankedReplica):
@@ -55,9 +58,9 @@ class PipelinedReplica(RankedReplica):
         if rank.wakeup is not None and not rank.wakeup.triggered:
             rank.wakeup.succeed()
 
-    def _run(self) -> Any:
+    def _run(self) -> Process:
         for rk in self.ranks:
-            self.env.process(self._slot(rk))
+            self.env.process(run_steps(SlotSteps(self, rk)))
         yield self.env.timeout(0)
 
     def _stage_enter(self) -> None:
@@ -70,40 +73,6 @@ class PipelinedReplica(RankedReplica):
         if self._active == 0:
             self.active_span_s += self.env.now - self._active_since
 
-    def _slot(self, rk: Rank) -> Any:
-        env, sched = self.env, rk.sched
-        step_time_s = self.style.step_time_s
-        while True:
-            planned = sched.plan(env.now) if sched.has_work else None
-            if planned is None:
-                rk.wakeup = env.event()
-                yield rk.wakeup
-                rk.wakeup = None
-                continue
-            st = stage_times(self.ranked_model, planned.batch)
-            # The host schedules the micro-batch before its first stage can run.
-            first_s = step_time_s(st.stages_s[0], planned.num_seqs)
-            if self.rank_check is not None:
-                latency = first_s - st.stages_s[0] + st.latency_s
-                self.rank_check(cast(Replica, rk), planned, latency)
-            start = env.now
-            last = len(self.stages) - 1
-            for s, stage in enumerate(self.stages):
-                with stage.request() as req:
-                    yield req
-                    work_s = first_s if s == 0 else st.stages_s[s]
-                    self._stage_enter()
-                    yield env.timeout(work_s)
-                    self._stage_leave()
-                    self.stage_busy_s[s] += work_s
-                    self.busy_s += work_s / len(self.stages)
-                if s < last and st.hops_s[s] > 0:
-                    yield env.timeout(st.hops_s[s])
-            end = env.now
-            if self.log.detailed:
-                self._log_row([planned], end, end - start, st.latency_s)
-            self._commit_rank(rk, planned, end, end - start)
-
     def pipeline_stats(self) -> dict[str, Any]:
         """Per-stage layers and busy time, and the bubble share of the replica's active time."""
         span = self.active_span_s
@@ -115,3 +84,64 @@ class PipelinedReplica(RankedReplica):
             "stage_busy_s": list(self.stage_busy_s),
             "bubble_share": max(0.0, bubble),
         }
+
+
+class SlotSteps:
+    """One micro-batch slot's steps: it plans its own batch, passes it through the stages in
+    order (a stage works on one micro-batch at a time; activations cross each boundary) and
+    commits when the last stage ends. It idles on its own wake-up, and never fast-forwards."""
+
+    def __init__(self, rep: PipelinedReplica, rk: Rank) -> None:
+        self.rep, self.rk, self.env = rep, rk, rep.env
+        self.sched = rk.sched
+        self.step_time_s = rep.style.step_time_s
+        self.log = rep.log
+        self.on_finish = rep._finished
+        self.st = StageTimes((), ())  # the last costed micro-batch's stage times
+
+    def plan(self) -> PlannedStep | None:
+        sched = self.sched
+        return sched.plan(self.env.now) if sched.has_work else None
+
+    def idle(self) -> Process:
+        rk = self.rk
+        rk.wakeup = self.env.event()
+        yield rk.wakeup
+        rk.wakeup = None
+
+    def cost(self, planned: PlannedStep) -> float:
+        """The first stage's time: the host schedules the micro-batch before it can run."""
+        rep = self.rep
+        st = self.st = stage_times(rep.ranked_model, planned.batch)
+        first_s = self.step_time_s(st.stages_s[0], planned.num_seqs)
+        if rep.rank_check is not None:
+            latency = first_s - st.stages_s[0] + st.latency_s
+            rep.rank_check(cast(Replica, self.rk), planned, latency)
+        return first_s
+
+    def spend(self, planned: PlannedStep, first_s: float
+              ) -> Generator[simpy.Event, Any, tuple[float, float]]:
+        rep, env, st = self.rep, self.env, self.st
+        start = env.now
+        last = len(rep.stages) - 1
+        for s, stage in enumerate(rep.stages):
+            with stage.request() as req:
+                yield req
+                work_s = first_s if s == 0 else st.stages_s[s]
+                rep._stage_enter()
+                yield env.timeout(work_s)
+                rep._stage_leave()
+                rep.stage_busy_s[s] += work_s
+                rep.busy_s += work_s / len(rep.stages)
+            if s < last and st.hops_s[s] > 0:
+                yield env.timeout(st.hops_s[s])
+        end = env.now
+        return end, end - start
+
+    def commit(self, planned: PlannedStep, end_s: float, dt: float) -> None:
+        if self.log.detailed:
+            self.rep._log_row([planned], end_s, dt, self.st.latency_s)
+        commit_rank(self.rk, planned, end_s, dt, self.log, self.on_finish)
+
+    def after(self, end_s: float, dt: float) -> Process | None:
+        return None

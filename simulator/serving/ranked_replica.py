@@ -16,48 +16,20 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
-import simpy
 
-from simulator.cost.ranks import ranked_decode_run, ranked_step
+from simulator.cost.ranks import RankedStep, ranked_decode_run, ranked_step
 from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
-from simulator.serving.replica import (
-    MAX_DECODE_RUN,
-    MIN_DECODE_RUN,
-    Clock,
-    Replica,
-    StepLog,
-    log_gaps,
-)
+from simulator.serving.clock import Clock
+from simulator.serving.replica import MAX_DECODE_RUN, MIN_DECODE_RUN, Replica, ReplicaSteps
 from simulator.serving.request import Request
 from simulator.serving.router import Router
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
-from simulator.serving.scheduler import Scheduler
+from simulator.serving.step_commit import Rank, StepLog, commit_rank, log_gaps
+from simulator.serving.step_loop import Process, StepPolicy
 
 IDLE = BatchShape()
-
-
-class Rank:
-    """One attention-DP rank: its scheduler, its decode-step clock and its routing load."""
-
-    def __init__(self, env: simpy.Environment, index: int, cfg: SchedulerConfig) -> None:
-        self.env = env  # with index and sched, what the invariant checker reads of a replica
-        self.index = index  # the rank's clock id: replica x D + rank
-        self.sched = Scheduler(cfg)
-        self.assigned = 0
-        self.finished = 0
-        self.stalled: list[list[float]] = []
-        self.decode_end_s = array("d")
-        self.wakeup: simpy.Event | None = None  # a pipelined slot's own idle wait
-
-    @property
-    def outstanding_requests(self) -> int:
-        return self.assigned - self.finished
-
-    @property
-    def outstanding_tokens(self) -> int:
-        return self.sched.outstanding_tokens
 
 
 class RankedReplica(Replica):
@@ -120,64 +92,15 @@ class RankedReplica(Replica):
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
-    def _run(self) -> Any:
-        env, log = self.env, self.log
-        step_time_s = self.style.step_time_s
-        fast = self.rank_check is None and not log.detailed
-
-        def has_work() -> bool:
-            return any(rk.sched.has_work for rk in self.ranks)
-
-        while True:
-            ranks = self.ranks
-            self._step_start(has_work)
-            plans = [rk.sched.plan(env.now) if rk.sched.has_work else None for rk in ranks]
-            if not any(p is not None for p in plans):
-                if self.intake:  # nothing could be planned: nothing runs, so poll now
-                    for r in self.intake.drain():
-                        self._take_in(r)
-                    continue
-                self._stepping = False
-                self._wakeup = env.event()
-                yield self._wakeup
-                self._wakeup = None
-                continue
-            step = ranked_step(self.ranked_model, [IDLE if p is None else p.batch for p in plans])
-            # Each rank's scheduler runs in its own process, so host work overlaps across
-            # ranks: the busiest rank's sequence count sets the host time.
-            seqs = max(p.num_seqs for p in plans if p is not None)
-            dt = step_time_s(step.time_s, seqs)
-            if self.rank_check is not None:
-                for rk, p in zip(ranks, plans, strict=True):
-                    if p is not None:  # each rank is checked as the replica it acts as
-                        self.rank_check(cast(Replica, rk), p, dt)
-            self._boundary = self._steps + 1
-            yield env.timeout(dt)
-            end = env.now
-            self._steps += 1
-            self.busy_s += dt
-            self.gpu_s += step.time_s
-            self.imbalance_s += step.imbalance_s
-            if log.detailed:
-                self._log_row(plans, end, dt, step.time_s)
-            for rk, planned in zip(ranks, plans, strict=True):
-                if planned is not None:
-                    self._commit_rank(rk, planned, end, dt)
-            # A run of unchanged decode steps pays off only if the next event is far enough.
-            if (
-                fast
-                and not self.intake
-                and env.peek() - end >= MIN_DECODE_RUN * dt
-                and self._can_fast_forward()
-            ):
-                yield from self._decode_run(dt)
+    def _policy(self) -> StepPolicy[Any]:
+        return RankedSteps(self)
 
     def _can_fast_forward(self) -> bool:
         """Every rank with work only decodes and none waits (idle ranks stay idle)."""
         busy = [rk.sched for rk in self.ranks if rk.sched.has_work]
         return bool(busy) and all(s.can_fast_forward() for s in busy)
 
-    def _decode_run(self, last_dt: float) -> Any:
+    def _decode_run(self, last_dt: float) -> Process:
         """Run consecutive pure-decode steps of every rank as one SimPy timeout, with exactly
         the floats, records and event order that stepping one by one gives.
 
@@ -188,7 +111,7 @@ class RankedReplica(Replica):
         step (numpy's accumulate is sequential), as the step-by-step loop adds them.
         """
         env, log = self.env, self.log
-        now = env.now
+        now = env.instant
         expected = (env.peek() - now) / last_dt if last_dt > 0 else math.inf
         if expected < MIN_DECODE_RUN:
             return
@@ -234,16 +157,6 @@ class RankedReplica(Replica):
         log.itl_s.frombytes(np.repeat(dts[first:], len(ranks)).tobytes())
         log.itl_weight.frombytes(np.tile(weights, steps - first).tobytes())
 
-    def _commit_rank(self, rk: Rank, planned: PlannedStep, end: float, dt: float) -> None:
-        decoded = planned.batch.decode_seqs
-        if decoded:
-            rk.decode_end_s.append(end)
-        log_gaps(self.log, rk.sched.num_decoding, rk.stalled, decoded, dt)
-        for r in rk.sched.commit(planned, end):
-            rk.finished += 1
-            self.finished += 1
-            self.on_finish(r)
-
     def _log_row(
         self, plans: list[PlannedStep | None], end: float, dt: float, gpu_s: float
     ) -> None:
@@ -278,3 +191,63 @@ class RankedReplica(Replica):
                 dt - gpu_s,
             )
         )
+
+
+class RankedSteps(ReplicaSteps):
+    """The ranks' steps in lockstep: every rank with work plans its batch, the slowest rank
+    plus the shared MoE part sets the step's time, every rank commits at its end."""
+
+    def __init__(self, rep: RankedReplica) -> None:
+        super().__init__(rep)
+        self.ranked = rep
+        ranks = rep.ranks
+
+        def has_work() -> bool:
+            return any(rk.sched.has_work for rk in ranks)
+
+        self.has_work = has_work
+        self.step_time_s = rep.style.step_time_s
+        self.fast = rep.rank_check is None and not rep.log.detailed
+        self.step = RankedStep(0.0, 0.0, 0.0)  # the last costed step
+
+    def plan(self) -> list[PlannedStep | None] | None:
+        rep, env = self.ranked, self.env
+        rep._step_start(self.has_work)
+        plans = [rk.sched.plan(env.instant) if rk.sched.has_work else None for rk in rep.ranks]
+        return plans if any(p is not None for p in plans) else None
+
+    def cost(self, plans: list[PlannedStep | None]) -> float:
+        rep = self.ranked
+        step = self.step = ranked_step(
+            rep.ranked_model, [IDLE if p is None else p.batch for p in plans])
+        # Each rank's scheduler runs in its own process, so host work overlaps across
+        # ranks: the busiest rank's sequence count sets the host time.
+        seqs = max(p.num_seqs for p in plans if p is not None)
+        dt = self.step_time_s(step.time_s, seqs)
+        if rep.rank_check is not None:
+            for rk, p in zip(rep.ranks, plans, strict=True):
+                if p is not None:  # each rank is checked as the replica it acts as
+                    rep.rank_check(cast(Replica, rk), p, dt)
+        return dt
+
+    def commit(self, plans: list[PlannedStep | None], end_s: float, dt: float) -> None:
+        rep, step, log, on_finish = self.ranked, self.step, self.log, self.on_finish
+        rep.gpu_s += step.time_s
+        rep.imbalance_s += step.imbalance_s
+        if log.detailed:
+            rep._log_row(plans, end_s, dt, step.time_s)
+        for rk, planned in zip(rep.ranks, plans, strict=True):
+            if planned is not None:
+                commit_rank(rk, planned, end_s, dt, log, on_finish)
+
+    def after(self, end_s: float, dt: float) -> Process | None:
+        rep = self.ranked
+        # A run of unchanged decode steps pays off only if the next event is far enough.
+        if (
+            self.fast
+            and not rep.intake
+            and self.env.peek() - end_s >= MIN_DECODE_RUN * dt
+            and rep._can_fast_forward()
+        ):
+            return rep._decode_run(dt)
+        return None

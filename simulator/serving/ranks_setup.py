@@ -16,9 +16,10 @@ from simulator.engines.style import EngineStyle
 from simulator.errors import InputError
 from simulator.inputs.deployment import AggregatedDeployment, MoeRouting, WorkerPool
 from simulator.model.architecture import Architecture
+from simulator.serving.clock import Clock
 from simulator.serving.pipelined_replica import PipelinedReplica
 from simulator.serving.ranked_replica import RankedReplica
-from simulator.serving.replica import Clock, Replica, StepLog
+from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.sched_types import SchedulerConfig

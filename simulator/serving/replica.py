@@ -1,106 +1,38 @@
-"""One engine replica as a SimPy process: plan a step, spend its time, commit its results."""
+"""One engine replica as a SimPy process: plan a step, spend its time, commit its results
+(the loop shared by every kind of replica: step_loop; a plain replica's policy: PlainSteps),
+and walk runs of unchanged decode steps at once."""
 
 from __future__ import annotations
 
 import math
 from array import array
 from bisect import bisect_left
-from collections.abc import Callable
-from heapq import heappop, heappush
+from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL, EventPriority
 
 from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
+from simulator.serving.clock import Clock
 from simulator.serving.intake import Intake
 from simulator.serving.request import Request
 from simulator.serving.run_plan import RunPlan, plan_run
-from simulator.serving.sched_types import SchedulerConfig
-from simulator.serving.scheduler import Scheduler
+from simulator.serving.sched_types import PlannedStep, SchedulerConfig
+from simulator.serving.step_commit import Rank, commit_rank, log_gaps
+from simulator.serving.step_commit import StepLog as StepLog  # where the callers import it
+from simulator.serving.step_loop import Process, StepPolicy, run_steps
 
 MAX_DECODE_RUN = 4096  # steps costed at once in a run of unchanged decode batches
 MIN_DECODE_RUN = 8  # attention-DP runs: below this, numpy's per-call cost outweighs the events
 MIN_WALK_STEPS = 2  # plain replicas: a shorter run is a normal step (run_plan costs floats)
 
 
-class Clock(simpy.Environment):
-    """The simulation's environment, with events at an exact time: a run of steps ends at
-    the clock summed step by step, which `now + delay` cannot always reach in one addition
-    (when `now` has its last bit set, round-half-even skips every other float). Callbacks at
-    a time (`call_later`) and the run loop (`run_until`) skip SimPy's per-event overhead
-    (processes, timeouts, the `step` call) and keep its order: (time, priority, event id)."""
-
-    def timeout_at(self, when: float) -> simpy.Event:
-        """An event that fires at exactly `when` (>= now), as a timeout would."""
-        ev = _Fired(self, [])
-        heappush(self._queue, (when, NORMAL, next(self._eid), ev))
-        return ev
-
-    def sleep(self, delay: float) -> simpy.Event:
-        """`timeout(delay)`: the same time and order, without Timeout's bookkeeping."""
-        ev = _Fired(self, [])
-        heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), ev))
-        return ev
-
-    def call_later(self, delay: float, fn: Callable[[simpy.Event], None],
-                   priority: EventPriority = NORMAL) -> None:
-        """Call fn at now + delay, where and when `timeout(delay)` with fn as its callback
-        would run it (a process started now runs its first step at URGENT priority)."""
-        heappush(self._queue, (self._now + delay, priority, next(self._eid), _Fired(self, [fn])))
-
-    def run_until(self, stop: simpy.Event) -> Any:
-        """`run(until=stop)`: process events in order until `stop` is processed; its value."""
-        if stop.callbacks is None:
-            return stop.value
-        stop.callbacks.append(simpy.core.StopSimulation.callback)
-        queue = self._queue
-        try:
-            while True:
-                try:
-                    self._now, _, _, event = heappop(queue)
-                except IndexError:
-                    raise RuntimeError(
-                        f'No scheduled events left but "until" event was not triggered: {stop}'
-                    ) from None
-                callbacks = event.callbacks
-                event.callbacks = None  # type: ignore[assignment]  # as simpy marks it processed
-                for callback in callbacks:
-                    callback(event)
-                if not event._ok and not hasattr(event, "_defused"):
-                    exc = type(event._value)(*event._value.args)
-                    exc.__cause__ = event._value
-                    raise exc
-        except simpy.core.StopSimulation as exc:
-            return exc.args[0]
-
-
-class _Fired(simpy.Event):
-    """A triggered event, to be processed when its turn in the queue comes (Clock)."""
-
-    def __init__(self, env: simpy.Environment, callbacks: list[Callable[[simpy.Event], None]]
-                 ) -> None:
-        self.env = env
-        self.callbacks = callbacks
-        self._ok = True
-        self._value = None
-
-
-class StepLog:
-    """Per-step records kept compactly (typed arrays): the source of ITL and the time series."""
-
-    def __init__(self, detailed: bool) -> None:
-        # Inter-token gaps as (gap, how many tokens had it): a decode step's duration, plus for
-        # decoders that sat out prefill-only steps (chunked prefill off) the time they waited.
-        self.itl_s = array("d")
-        self.itl_weight = array("d")
-        self.detailed = detailed
-        self.rows: list[tuple[float, ...]] = []  # time series, only when asked
-
-
 class Replica:
+    """One engine replica: its intake, its step loop (run by a `StepPolicy`, for a plain
+    replica `PlainSteps`), its decode walks, and what the simulation reads of it."""
+
     def __init__(
         self,
         env: Clock,
@@ -114,7 +46,8 @@ class Replica:
     ) -> None:
         self.env = env
         self.index = index
-        self.sched = Scheduler(cfg)
+        self.rank = Rank(env, index, cfg)  # its one scheduler and what its steps write
+        self.sched = self.rank.sched
         self.model = model
         self.style = style
         self.on_finish = on_finish
@@ -123,9 +56,8 @@ class Replica:
         self.assigned = 0
         self.finished = 0
         self._wakeup: simpy.Event | None = None
-        # Decoders held back by prefill-only steps: [count, seconds waited so far] groups.
-        self._stalled: list[list[float]] = []
-        self.decode_end_s = array("d")  # end time of each decode step, by decode-step number
+        self._stalled = self.rank.stalled  # its decoders held back by prefill-only steps
+        self.decode_end_s = self.rank.decode_end_s  # its decode-step clock
         self.busy_s = 0.0
         self.draft_gpu_s = 0.0  # speculative decoding: the drafter's share of GPU time
         self.gpu_s = 0.0
@@ -182,84 +114,32 @@ class Replica:
         self._stepping = False
         return False
 
-    def _run(self) -> Any:
-        env, sched, log, intake = self.env, self.sched, self.log, self.intake
-        time_s = self.model.time_s
-        step_time_s = self.style.step_time_s
-        fast = self.check is None and not log.detailed
-        itl_s, itl_weight, decode_end_s = log.itl_s, log.itl_weight, self.decode_end_s
-        running, waiting = sched.running, sched.waiting
+    def _run(self) -> Process:
+        yield from run_steps(self._policy())
 
-        def has_work() -> bool:  # sched.has_work, without the property call
-            return bool(running) or len(waiting) > 0
+    def _policy(self) -> StepPolicy[Any]:
+        """How this replica plans, costs and commits its steps (made when its process starts,
+        so a subclass's state is in place)."""
+        return PlainSteps(self)
 
-        while True:
-            planned = sched.plan(env._now) if self._step_start(has_work) else None
-            if planned is None:
-                if self.intake:  # the scheduler could not plan: nothing runs, so poll now
-                    for r in self.intake.drain():
-                        self._take_in(r)
-                    continue
-                self._stepping = False
-                self._wakeup = env.event()
-                yield self._wakeup
-                self._wakeup = None
-                continue
-            gpu_s = time_s(planned.batch)
-            self.gpu_s += gpu_s
-            if planned.batch.speculative_tokens_per_seq:
-                assert isinstance(self.model, SpeculativeStepModel)
-                self.draft_gpu_s += self.model.draft_s(planned.batch)
-            dt = step_time_s(gpu_s, planned.num_seqs)
-            if self.check is not None:
-                self.check(self, planned, dt)
-            self._boundary = self._steps + 1
-            yield env.sleep(dt)
-            end = env._now
-            self._steps += 1
-            self.busy_s += dt
-            decoded = planned.batch.decode_seqs
-            if decoded:
-                decode_end_s.append(end)
-            if decoded and not self._stalled:
-                itl_s.append(dt)
-                itl_weight.append(decoded)
-            else:
-                self._log_gaps(decoded, dt)
-            if log.detailed:
-                c = self.model.cost(planned.batch)
-                log.rows.append(
-                    (
-                        end,
-                        float(self.index),
-                        float(planned.num_seqs),
-                        float(planned.batch.decode_seqs),
-                        float(planned.batch.prefill_tokens),
-                        float(len(sched.running)),
-                        float(len(sched.waiting)),
-                        sched.used_blocks / max(1, sched.cfg.num_blocks),
-                        dt,
-                        c.compute_s,
-                        c.memory_s,
-                        c.communication_s,
-                        c.overhead_s,
-                        dt - gpu_s,
-                    )
-                )
-            for r in sched.commit(planned, end):
-                self.finished += 1
-                self.on_finish(r)
-            if decoded and sched.last_emitted > decoded:
-                # A step that emits n tokens for a sequence gives one gap and n-1 zeros.
-                itl_s.append(0.0)
-                itl_weight.append(float(sched.last_emitted - decoded))
-            # A request held for the next step or the one after leaves no walk to take (the
-            # walk would plan fewer than MIN_WALK_STEPS steps): the common case under load.
-            if (fast and not (intake.held and intake.first_release - self._steps < MIN_WALK_STEPS)
-                    and sched.can_fast_forward()):
-                yield from self._decode_walk(dt)
+    def _idle(self) -> Process:
+        """Nothing could be planned: poll the intake now if it holds requests (nothing runs),
+        else wait until a request is taken in."""
+        if self.intake:
+            for r in self.intake.drain():
+                self._take_in(r)
+            return
+        self._stepping = False
+        self._wakeup = self.env.event()
+        yield self._wakeup
+        self._wakeup = None
 
-    def _decode_walk(self, last_dt: float) -> Any:
+    def _finished(self, r: Request) -> None:
+        """A request finished on this replica (on any of its ranks): count it, pass it on."""
+        self.finished += 1
+        self.on_finish(r)
+
+    def _decode_walk(self, last_dt: float) -> Process:
         """Run pure-decode steps from a plan costed at once (run_plan), with exactly the
         floats, records and event order that stepping one by one gives.
 
@@ -278,11 +158,11 @@ class Replica:
             start = self._steps
             # Plan about as far as the next event is likely to let the run go, and never past
             # the step that takes a held request in.
-            ahead = (env.peek() - env.now) / last_dt if last_dt > 0 else math.inf
+            ahead = (env.peek() - env.instant) / last_dt if last_dt > 0 else math.inf
             cap = int(min(MAX_DECODE_RUN, 2 * ahead + 32))
             if intake.held:
                 cap = min(cap, intake.first_release - start)
-            plan = plan_run(sched, self.model, self.style, env.now, self.busy_s, self.gpu_s,
+            plan = plan_run(sched, self.model, self.style, env.instant, self.busy_s, self.gpu_s,
                             cap, MIN_WALK_STEPS)
             if plan is None:
                 return
@@ -304,16 +184,25 @@ class Replica:
                         stop = min(stop, intake.first_release - start)
             if pos < plan.steps or not plan.finishing:
                 return
-            for r in sched.commit_decode_step(plan.decoders, env._now):
+            for r in sched.commit_decode_step(plan.decoders, env.instant):
                 self.finished += 1
                 self.on_finish(r)
             last_dt = plan.dts[pos - 1]
+
+    def begin_step(self) -> None:
+        """A step starts: an arrival from now on is held to the boundary it ends at."""
+        self._boundary = self._steps + 1
+
+    def end_step(self, dt: float) -> None:
+        """The step that began with `begin_step` ended after dt seconds."""
+        self._steps += 1
+        self.busy_s += dt
 
     def _walk_done(self) -> int:
         """Steps of the sleeping walk's plan ended by now (one ending now is still running)."""
         assert self._walk is not None
         plan, pos, k, _ = self._walk
-        return min(k - 1, max(pos, bisect_left(plan.ends, self.env.now)))
+        return min(k - 1, max(pos, bisect_left(plan.ends, self.env.instant)))
 
     def _hold_boundary(self) -> int:
         """The step boundary that follows now: where a request arriving now is held to."""
@@ -375,27 +264,97 @@ class Replica:
         return self.sched.cfg.max_num_seqs
 
 
-def log_gaps(
-    log: StepLog, waiting: int, stalled: list[list[float]], decoded: int, dt: float
-) -> None:
-    """Record one step's inter-token gaps. A prefill-only step with decoders waiting adds
-    its time to their next gap; a decode step emits every waiting group's longer gap."""
-    if decoded == 0:
-        if waiting:
-            for group in stalled:
-                group[1] += dt
-            held = sum(int(g[0]) for g in stalled)
-            if waiting > held:
-                stalled.append([float(waiting - held), dt])
-        return
-    left = float(decoded)
-    for count, stall_s in stalled:
-        n = min(count, left)
-        if n > 0:
-            log.itl_s.append(dt + stall_s)
-            log.itl_weight.append(n)
-            left -= n
-    stalled.clear()
-    if left > 0:
-        log.itl_s.append(dt)
-        log.itl_weight.append(left)
+class ReplicaSteps:
+    """What the plain and the attention-DP step policies share: the replica takes requests in
+    and plans at each step boundary, idles when nothing can run, and spends a step as one
+    sleep between two boundaries."""
+
+    def __init__(self, rep: Replica) -> None:
+        self.rep = rep
+        self.env = rep.env
+        self.idle = rep._idle
+        self.log = rep.log
+        self.on_finish = rep._finished
+
+    def spend(self, planned: object, dt: float) -> Generator[simpy.Event, Any, tuple[float, float]]:
+        """The step as one sleep; the intake holds what arrives meanwhile for the next
+        boundary."""
+        rep = self.rep
+        rep.begin_step()
+        end = yield self.env.sleep(dt)
+        rep.end_step(dt)
+        return end, dt
+
+
+class PlainSteps(ReplicaSteps):
+    """One scheduler's steps: its plan is the batch, the step model costs it, and after a
+    step a run of unchanged decode steps is walked at once (`Replica._decode_walk`)."""
+
+    def __init__(self, rep: Replica) -> None:
+        super().__init__(rep)
+        sched = self.sched = rep.sched
+        running, waiting = sched.running, sched.waiting
+
+        def has_work() -> bool:  # sched.has_work, without the property call
+            return bool(running) or len(waiting) > 0
+
+        self.has_work = has_work
+        self.step_start = rep._step_start
+        self.time_s = rep.model.time_s
+        self.step_time_s = rep.style.step_time_s
+        self.fast = rep.check is None and not rep.log.detailed
+        self.rank = rep.rank
+        self.gpu_step_s = 0.0  # the last costed step's GPU time (for its time-series row)
+
+    def plan(self) -> PlannedStep | None:
+        return self.sched.plan(self.env.instant) if self.step_start(self.has_work) else None
+
+    def cost(self, planned: PlannedStep) -> float:
+        rep, batch = self.rep, planned.batch
+        gpu_s = self.gpu_step_s = self.time_s(batch)
+        rep.gpu_s += gpu_s
+        if batch.speculative_tokens_per_seq:
+            assert isinstance(rep.model, SpeculativeStepModel)
+            rep.draft_gpu_s += rep.model.draft_s(batch)
+        dt = self.step_time_s(gpu_s, planned.num_seqs)
+        if rep.check is not None:
+            rep.check(rep, planned, dt)
+        return dt
+
+    def commit(self, planned: PlannedStep, end_s: float, dt: float) -> None:
+        if self.log.detailed:
+            self._row(planned, end_s, dt)
+        commit_rank(self.rank, planned, end_s, dt, self.log, self.on_finish)
+
+    def after(self, end_s: float, dt: float) -> Process | None:
+        rep = self.rep
+        intake = rep.intake
+        # A request held for the next step or the one after leaves no walk to take (the
+        # walk would plan fewer than MIN_WALK_STEPS steps): the common case under load.
+        if (self.fast and not (intake.held and intake.first_release - rep._steps < MIN_WALK_STEPS)
+                and self.sched.can_fast_forward()):
+            return rep._decode_walk(dt)
+        return None
+
+    def _row(self, planned: PlannedStep, end_s: float, dt: float) -> None:
+        """The step's time-series row: its batch, the queue, KV use and the cost breakdown."""
+        rep, sched = self.rep, self.sched
+        c = rep.model.cost(planned.batch)
+        self.log.rows.append(
+            (
+                end_s,
+                float(rep.index),
+                float(planned.num_seqs),
+                float(planned.batch.decode_seqs),
+                float(planned.batch.prefill_tokens),
+                float(len(sched.running)),
+                float(len(sched.waiting)),
+                sched.used_blocks / max(1, sched.cfg.num_blocks),
+                dt,
+                c.compute_s,
+                c.memory_s,
+                c.communication_s,
+                c.overhead_s,
+                dt - self.gpu_step_s,
+            )
+        )

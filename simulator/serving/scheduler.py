@@ -7,27 +7,26 @@ KV block and none is free, the newest running request is preempted and later rec
 With chunked prefill off, steps are prefill-only (whole prompts) whenever a waiting request can
 be admitted, else decode-only, as vLLM v0 scheduled.
 
-Decoding requests are kept as aggregates (count, summed context, block-boundary phases, finish
-buckets), so a step costs O(requests that change), not O(batch).
+This module plans a step (its work, token budget and batch shape) and commits it. Admission and
+preemption are `Admission`'s, the decoders' aggregates (a step costs O(requests that change),
+not O(batch)) `DecodeSet`'s, runs of pure decode steps `DecodeRuns`'.
 """
 
 from __future__ import annotations
 
-import heapq
-
-import numpy as np
-
 from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
+from simulator.serving.admission import Admission
 from simulator.serving.decode_runs import DecodeRuns
 from simulator.serving.request import Request
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig, waiting_queue
-from simulator.serving.speculative import SpecSchedule, close_decode_run
+from simulator.serving.speculative import SpecSchedule
 
 
-class Scheduler(DecodeRuns):
-    """State of one replica's batch. `plan()` starts a step, `commit()` ends it (runs of pure
-    decode steps: `DecodeRuns`)."""
+class Scheduler(Admission, DecodeRuns):
+    """State of one replica's batch. `plan()` starts a step, `commit()` ends it (admission and
+    preemption: `Admission`; the decode aggregates: `DecodeSet`; runs of pure decode steps:
+    `DecodeRuns`)."""
 
     def __init__(self, cfg: SchedulerConfig) -> None:
         self.cfg = cfg
@@ -86,56 +85,6 @@ class Scheduler(DecodeRuns):
         self.outstanding_tokens += r.target - r.computed + r.output_tokens
 
     # ---- one step ---------------------------------------------------------------------
-
-    def _leave_decode(self, r: Request, step: int) -> int:
-        """Remove a decoding request from the aggregates; return the blocks it held."""
-        kv = r.kv_tokens_at(step)
-        self.num_decoding -= 1
-        self.decode_kv_sum -= kv
-        r.decode_epoch += 1
-        cfg = self.cfg
-        if self._spec is not None:
-            self._spec.add(r, -1, step)
-            close_decode_run(r, step)
-        if cfg.reserve_full:
-            held, r.blocks = r.blocks, 0
-            return held
-        if self._spec is None:
-            self._phase[(r.decode_start_step - r.decode_start_kv) % cfg.block_size] -= 1
-        return -(-kv // cfg.block_size)  # blocks_for(kv)
-
-    def _preempt_newest(self, now_s: float) -> Request:
-        """Recompute preemption of the most recently admitted running request."""
-        _, victim = self.running.popitem()
-        if victim.decode_start_step >= 0:
-            victim.generated = victim.generated_at(self.step)
-            if self.step > victim.decode_start_step:
-                if victim.past_segments is None:
-                    victim.past_segments = []
-                victim.past_segments.append((victim.decode_start_step, self.step - 1))
-            phase = (victim.decode_start_step - victim.decode_start_kv) % self.cfg.block_size
-            if self._spec is not None:
-                if self._spec_reserved == self.step:  # its blocks for this step are not needed
-                    self.free_blocks += sum(self._spec.row_at(victim, self.step))
-            elif phase == self._reserved_phase and not self.cfg.reserve_full:
-                self.free_blocks += 1  # the block reserved for it this step is not needed
-            self.free_blocks += self._leave_decode(victim, self.step)
-            victim.decode_start_step = -1
-            victim.last_token_s = now_s  # its last token came at the end of the previous step
-            # Its whole context (prompt and outputs so far) is prefilled again; `computed`
-            # stopped counting when it began to decode.
-            self.outstanding_tokens += victim.input_tokens + victim.generated
-        else:
-            self.prefilling.remove(victim)
-            self.free_blocks += victim.blocks
-            self.outstanding_tokens += victim.computed
-        victim.blocks = 0
-        victim.computed = 0
-        victim.target = victim.input_tokens + victim.generated
-        victim.preemptions += 1
-        self.preemptions += 1
-        self.waiting.push_front(victim)
-        return victim
 
     def plan(self, now_s: float) -> PlannedStep | None:
         """Choose this step's work and reserve its KV blocks; None if nothing can run."""
@@ -200,52 +149,6 @@ class Scheduler(DecodeRuns):
         if not chunks and decode_seqs == 0:
             return None
         return PlannedStep(self._shape(chunks, decode_seqs), chunks, decode_seqs + len(chunks))
-
-    def _admit(self, now_s: float, budget: int, decode_seqs: int,
-               running_chunks: list[tuple[Request, int]]) -> list[tuple[Request, int]]:
-        cfg = self.cfg
-        admitted: list[tuple[Request, int]] = []
-        # SGLang's prefill input cap counts the step's continuing chunks and, when mixed, its
-        # decodes; past the first request, one enters only if its whole remainder fits.
-        cap = cfg.max_prefill_tokens
-        cap_left = None if cap is None else cap - decode_seqs - sum(c for _, c in running_chunks)
-        waiting, running, block_size = self.waiting, self.running, cfg.block_size
-        while len(waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
-            r = waiting.peek()
-            # A request whose KV arrived from a prefill replica starts with `computed` > 0.
-            left = r.target - r.computed
-            if cap_left is not None and left > cap_left and (admitted or running_chunks):
-                break
-            if cfg.chunked_prefill:
-                chunk = left if left < budget else budget
-            elif left <= budget or not admitted:
-                # Whole prompts only; the first may exceed the budget when it is a recomputed
-                # context (prompt plus outputs), which vLLM also prefills alone.
-                chunk = left
-            else:
-                break
-            held = self._full_tokens(r) if cfg.reserve_full else r.computed + chunk
-            need = -(-held // block_size)  # blocks_for(held)
-            if need > self.free_blocks:
-                break
-            waiting.pop()
-            self.free_blocks -= need
-            r.blocks = need
-            if r.scheduled_s != r.scheduled_s:  # NaN: never scheduled before
-                r.scheduled_s = now_s
-            running[r.index] = r
-            self.prefilling.append(r)
-            admitted.append((r, chunk))
-            budget -= chunk
-            if cap_left is not None:
-                cap_left -= chunk
-        return admitted
-
-    @staticmethod
-    def _full_tokens(r: Request) -> int:
-        """KV tokens a request holds at its largest: context plus every remaining output but
-        the last (whose KV is never written)."""
-        return r.input_tokens + r.output_tokens - 1
 
     def _shape(self, chunks: list[tuple[Request, int]], decode_seqs: int) -> BatchShape:
         tokens = context = sampled = 0
@@ -362,63 +265,3 @@ class Scheduler(DecodeRuns):
                 del running[r.index]
                 finished.append(r)
         return finished
-
-    def _enter_decode(self, r: Request, start_step: int) -> None:
-        computed = r.computed
-        r.decode_start_step = start_step
-        r.decode_start_kv = computed
-        r.decode_start_generated = r.generated
-        self.num_decoding += 1
-        self.decode_kv_sum += computed
-        if self._spec is not None:
-            last = self._enter_speculative(r, start_step)
-        else:
-            cfg = self.cfg
-            if not cfg.reserve_full:
-                r.blocks = 0  # from now on implicit: blocks_for(kv), one more per block boundary
-                self._phase[(start_step - computed) % cfg.block_size] += 1
-            last = start_step + (r.output_tokens - r.generated) - 1
-        bucket = self._finish.get(last)
-        if bucket is None:
-            self._finish[last] = [(r, r.decode_epoch)]
-            heapq.heappush(self._finish_steps, last)
-        else:
-            bucket.append((r, r.decode_epoch))
-
-    def _enter_speculative(self, r: Request, start_step: int) -> int:
-        """Draw r's emissions per verify step, book them in the schedule; its last step."""
-        spec, sched = self.spec, self._spec
-        assert spec is not None and sched is not None
-        on = self.spec_on
-        e = spec.draw(r.index, r.decode_epoch, r.output_tokens - r.generated, on)
-        cum = np.zeros(e.size + 1, dtype=np.int64)
-        np.cumsum(e, out=cum[1:])
-        r.spec_cum = cum
-        r.spec_drafts = spec.drafts_verified(e, on)
-        if not self.cfg.reserve_full:
-            r.blocks = 0  # implicit from now on: blocks_for(kv) at each step
-        sched.add(r, 1, start_step)
-        return start_step + int(e.size) - 1
-
-    def _spec_policy(self) -> None:
-        """policy auto: drafts off above the cut-off batch, on again at or below it; the
-        decoders' remaining steps are redrawn under the new mode from this step on."""
-        spec = self.spec
-        assert spec is not None
-        want = spec.off_above_batch is None or self.num_decoding <= spec.off_above_batch
-        if want == self.spec_on:
-            return
-        self.spec_on = want
-        self.spec_switches += 1
-        step = self.step
-        for r in list(self.running.values()):
-            if r.spec_cum is None:
-                continue
-            if step > r.decode_start_step:  # its token clock goes on in a new decode run
-                r.past_segments = [*(r.past_segments or ()), (r.decode_start_step, step - 1)]
-            generated, kv = r.generated_at(step), r.kv_tokens_at(step)
-            held = self._leave_decode(r, step)
-            r.generated, r.computed = generated, kv
-            self._enter_decode(r, step)
-            if self.cfg.reserve_full:
-                r.blocks = held

@@ -5,16 +5,17 @@ from __future__ import annotations
 import itertools
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from simpy.events import URGENT
+import simpy
 
 from simulator.inputs.deployment import DisaggregatedDeployment
 from simulator.inputs.scenario import Scenario
+from simulator.serving.clock import Clock
 from simulator.serving.disaggregated import DisaggregatedPools
 from simulator.serving.engine_build import Engine, pool_spec
 from simulator.serving.front_end import FrontEndQueue
@@ -25,7 +26,7 @@ from simulator.serving.ranks_setup import (
     pipeline_summary,
 )
 from simulator.serving.records import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
-from simulator.serving.replica import Clock, Replica, StepLog
+from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
 from simulator.serving.spec_engine import VerifyTally, speculative_stats
@@ -84,9 +85,13 @@ def run(
     check: CheckHook | None = None,
 ) -> RunOutput:
     """Simulate the request stream through the deployment's replicas."""
-    dep = scenario.deployment
-    n = len(stream)
-    records = np.zeros(n, dtype=RECORD_DTYPE)
+    state = RunState(scenario, engine, stream, timeseries, check)
+    return run_output(state, state.go(), engine)
+
+
+def new_records(stream: RequestStream) -> npt.NDArray[Any]:
+    """One record per request of the stream, its times unknown (NaN) until they happen."""
+    records = np.zeros(len(stream), dtype=RECORD_DTYPE)
     for name in ("arrival_s", "scheduled_s", "first_token_s", "finish_s"):
         records[name] = math.nan
     records["input_tokens"] = stream.input_tokens
@@ -94,178 +99,204 @@ def run(
     records["replica"] = -1
     records["decode_first_step"] = -1
     records["decode_last_step"] = -1
-    token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = {}
-    spec_emitted: dict[int, npt.NDArray[np.int64]] = {}
-    verify_tally = VerifyTally.empty(n if engine.speculative is not None else 0)
+    return records
 
-    env = Clock()
-    log = StepLog(timeseries)
-    stop = env.event()
-    state = {"ended": 0, "next": 0}
-    max_context = engine.max_model_len or engine.arch.max_position_embeddings
-    cfg = engine.scheduler
-    limits = scenario.limits
 
-    # Finished requests' fields, appended in finishing order to typed arrays (a numpy record
-    # write per field costs microseconds) and scattered into `records` a few thousand at a time.
-    arrival_s = array("d", [math.nan]) * n
-    front_end_s = array("d", [0.0]) * n
-    done = FinishedColumns(records)
-    style = engine.style
-    front = FrontEndQueue(
-        style.front_end, style.serial_front_end, scenario.workload.arrival.kind != "offline"
-    )
+class RunState:
+    """One run in progress: the clock, the replicas and their router, the request source,
+    and what is recorded of each request. Sends each request through the front end to a
+    replica (open loop: at its arrival time; closed loop: as another ends), and stops the
+    clock when every request has ended or a limit is reached."""
 
-    def finish(r: Request) -> None:
-        done.add(r)
+    def __init__(self, scenario: Scenario, engine: Engine, stream: RequestStream,
+                 timeseries: bool, check: CheckHook | None) -> None:
+        self.stream, self.limits = stream, scenario.limits
+        self.n = n = len(stream)
+        self.records = new_records(stream)
+        self.token_history: dict[int, tuple[list[tuple[int, int]], list[float]]] = {}
+        self.spec_emitted: dict[int, npt.NDArray[np.int64]] = {}
+        self.verify_tally = VerifyTally.empty(n if engine.speculative is not None else 0)
+        self.env = Clock()
+        self.log = StepLog(timeseries)
+        self.stop = self.env.event()
+        self.ended_count = 0  # requests finished or dropped
+        self.next = 0  # closed loop: the next request to send
+        self.max_context = engine.max_model_len or engine.arch.max_position_embeddings
+        self.queue_cap = scenario.limits.max_waiting_requests
+        # Finished requests' fields, appended in finishing order to typed arrays (a numpy record
+        # write per field costs microseconds) and scattered into `records` a few thousand at a
+        # time.
+        self.arrival_s = array("d", [math.nan]) * n
+        self.front_end_s = array("d", [0.0]) * n
+        self.done = FinishedColumns(self.records)
+        style = engine.style
+        self.front = FrontEndQueue(
+            style.front_end, style.serial_front_end, scenario.workload.arrival.kind != "offline"
+        )
+        self._build_replicas(scenario, engine, check)
+        # Python ints and floats of the stream's arrays (numpy scalars are slower to compute
+        # with).
+        self.input_at, self.output_at, self.priority_at = (
+            stream.input_tokens.item, stream.output_tokens.item, stream.priority.item)
+        self.arrival_at = stream.arrival_s.item
+        # Waiting requests (all replicas) just after the arrivals that end each quarter of the
+        # stream: the evidence for the "unstable" warning. Offline runs queue everything at
+        # t=0 by design, so they are not sampled.
+        self.queue_marks: list[int] = []
+        self.quarter_ends: set[int] = set()
+        if n >= UNSTABLE_MIN_REQUESTS and stream.arrival_s[-1] > stream.arrival_s[0]:
+            self.quarter_ends = {n * k // 4 - 1 for k in (1, 2, 3, 4)}
+
+    def _build_replicas(self, scenario: Scenario, engine: Engine,
+                        check: CheckHook | None) -> None:
+        """The replicas requests are routed to (a disaggregated run's prefill pool), all the
+        replicas, and the scheduler settings that decide what fits."""
+        dep, env = scenario.deployment, self.env
+        cfg = engine.scheduler
+        if engine.speculative is not None:
+            cfg = replace(
+                cfg, speculative=engine.speculative.decoding(self.stream, scenario.workload.seed,
+                                                             cfg)
+            )
+        self.route = ROUTERS[dep.router]
+        self.pools: DisaggregatedPools | None = None
+        self.warnings_pre: list[str] = []
+        self.make_request: Callable[[int, float, int, int, int], Request] = Request
+        self.fits_ever: Callable[[int, int], bool]
+        if isinstance(dep, DisaggregatedDeployment):
+            assert engine.prefill_pool is not None and engine.kv_link is not None
+            pools = DisaggregatedPools(
+                env, pool_spec(engine.prefill_pool, dep.prefill), pool_spec(engine, dep.decode),
+                engine.kv_link, self.route, self.stream.output_tokens, self.finish, self.log,
+                check,
+            )
+            self.pools = pools
+            self.replicas, self.everyone = pools.prefill, pools.replicas
+            self.cfg = engine.prefill_pool.scheduler
+            self.fits_ever = pools.fits_ever
+            self.make_request = pools.entry_request
+        else:
+            parts = (engine.replica_model, engine.style, cfg)
+            self.replicas = make_replicas(dep, engine.arch, parts, env, self.finish, self.log,
+                                          check)
+            self.warnings_pre = dense_dp_notes(dep, engine.arch)
+            self.everyone = self.replicas
+            self.cfg = cfg
+            self.fits_ever = self.replicas[0].sched.fits_ever_tokens
+
+    def go(self) -> str:
+        """Start the request source (and the time limit) and run the clock until the run
+        stops; how it ended: completed, time_limit or queue_limit."""
+        env, n = self.env, self.n
+        concurrency = self.stream.closed_loop_concurrency
+        if concurrency is not None:
+            for _ in range(min(concurrency, n)):
+                self.send_next()
+        else:
+            env.process(self.open_loop())  # its first step runs at once (URGENT priority)
+        if self.limits.max_simulated_time_s is not None:
+            env.process(self.timer(float(self.limits.max_simulated_time_s)))
+        if n == 0:
+            return "completed"
+        try:
+            return str(env.run(until=self.stop))
+        except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
+            raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
+
+    def finish(self, r: Request) -> None:
+        """A request finished: keep its record fields and histories."""
+        self.done.add(r)
         if r.past_segments is not None or r.resume_tokens_s is not None:
-            token_history[r.index] = (r.past_segments or [], r.resume_tokens_s or [])
+            self.token_history[r.index] = (r.past_segments or [], r.resume_tokens_s or [])
         if r.spec_done is not None:
-            spec_emitted[r.index] = np.concatenate(r.spec_done)
-            verify_tally.add(r)
-        ended()
+            self.spec_emitted[r.index] = np.concatenate(r.spec_done)
+            self.verify_tally.add(r)
+        self.ended_count += 1
+        if self.ended_count == self.n and not self.stop.triggered:
+            self.stop.succeed("completed")
+        elif self.stream.closed_loop_concurrency is not None:
+            self.send_next()
 
-    def ended() -> None:
-        state["ended"] += 1
-        if state["ended"] == n and not stop.triggered:
-            stop.succeed("completed")
-        elif stream.closed_loop_concurrency is not None:
-            send_next()
-
-    if engine.speculative is not None:
-        cfg = replace(
-            cfg, speculative=engine.speculative.decoding(stream, scenario.workload.seed, cfg)
-        )
-    route = ROUTERS[dep.router]
-    pools: DisaggregatedPools | None = None
-    warnings_pre: list[str] = []
-    make_request: Callable[[int, float, int, int, int], Request] = Request
-    fits_ever: Callable[[int, int], bool]
-    if isinstance(dep, DisaggregatedDeployment):
-        assert engine.prefill_pool is not None and engine.kv_link is not None
-        pools = DisaggregatedPools(
-            env, pool_spec(engine.prefill_pool, dep.prefill), pool_spec(engine, dep.decode),
-            engine.kv_link, route, stream.output_tokens, finish, log, check,
-        )
-        replicas, everyone, cfg = pools.prefill, pools.replicas, engine.prefill_pool.scheduler
-        fits_ever = pools.fits_ever
-        make_request = pools.entry_request
-    else:
-        parts = (engine.replica_model, engine.style, cfg)
-        replicas = make_replicas(dep, engine.arch, parts, env, finish, log, check)
-        warnings_pre = dense_dp_notes(dep, engine.arch)
-        everyone = replicas
-        first = replicas[0].sched
-        fits_ever = first.fits_ever_tokens
-
-    # Python ints and floats of the stream's arrays (numpy scalars are slower to compute with).
-    input_at, output_at, priority_at = (
-        stream.input_tokens.item, stream.output_tokens.item, stream.priority.item)
-
-    def send(i: int) -> bool:
+    def send(self, i: int) -> bool:
         """Send request i now: through the front end, then routed to a replica; False if it
         was dropped on arrival."""
-        inp, out = input_at(i), output_at(i)
-        now = env._now
+        inp, out = self.input_at(i), self.output_at(i)
+        env, front, cfg = self.env, self.front, self.cfg
+        now = env.instant
         ready = front.ready_s(now, inp)
-        front_end_s[i] = front.client_side_s(now, ready, inp)
-        arrival_s[i] = ready  # when the engine has it; records hold engine-side instants
+        self.front_end_s[i] = front.client_side_s(now, ready, inp)
+        self.arrival_s[i] = ready  # when the engine has it; records hold engine-side instants
         reason = 0
-        if inp + out > max_context:
+        if inp + out > self.max_context:
             reason = DROP_CONTEXT
-        elif not fits_ever(inp, out):
+        elif not self.fits_ever(inp, out):
             reason = DROP_KV
         elif not cfg.chunked_prefill and inp > cfg.max_num_batched_tokens:
             reason = DROP_BUDGET
         if reason:
-            records[i]["drop_reason"] = reason
-            state["ended"] += 1
-            if state["ended"] == n and not stop.triggered:
-                stop.succeed("completed")
+            self.records[i]["drop_reason"] = reason
+            self.ended_count += 1
+            if self.ended_count == self.n and not self.stop.triggered:
+                self.stop.succeed("completed")
             return False
         if ready > now:
-            env.call_later(ready - now, lambda _e: deliver(i, inp, out))
+            env.sleep(ready - now).callbacks.append(lambda _e: self.deliver(i, inp, out))
         else:
-            deliver(i, inp, out)
+            self.deliver(i, inp, out)
         return True
 
-    cap = limits.max_waiting_requests
-
-    def deliver(i: int, inp: int, out: int) -> None:
+    def deliver(self, i: int, inp: int, out: int) -> None:
         """Hand request i, past the front end, to the replica the router picks."""
-        r = make_request(i, env._now, inp, out, priority_at(i))
-        target = route(replicas, i)
+        r = self.make_request(i, self.env.instant, inp, out, self.priority_at(i))
+        target = self.route(self.replicas, i)
         assert isinstance(target, Replica)
         target.submit(r)
-        if cap is not None and target.waiting_count > cap and not stop.triggered:
-            stop.succeed("queue_limit")
+        cap = self.queue_cap
+        if cap is not None and target.waiting_count > cap and not self.stop.triggered:
+            self.stop.succeed("queue_limit")
 
-    def send_next() -> None:
+    def send_next(self) -> None:
         """Closed loop: keep one more request in flight (skipping any dropped on arrival)."""
-        while state["next"] < n:
-            i = state["next"]
-            state["next"] = i + 1
-            if send(i):
+        while self.next < self.n:
+            i = self.next
+            self.next = i + 1
+            if self.send(i):
                 return
 
-    # Waiting requests (all replicas) just after the arrivals that end each quarter of the
-    # stream: the evidence for the "unstable" warning. Offline runs queue everything at t=0
-    # by design, so they are not sampled.
-    queue_marks: list[int] = []
-    quarter_ends: set[int] = set()
-    if n >= UNSTABLE_MIN_REQUESTS and stream.arrival_s[-1] > stream.arrival_s[0]:
-        quarter_ends = {n * k // 4 - 1 for k in (1, 2, 3, 4)}
-
-    arrival_at = stream.arrival_s.item  # a float clock: numpy scalars are slower
-
-    def open_loop(_e: object = None) -> None:
-        """Send every request due by now, then wake at the next one's arrival (a chain of
-        callbacks, in the order a SimPy process yielding timeouts would run them)."""
-        i = state["next"]
+    def open_loop(self) -> Generator[simpy.Event, Any, None]:
+        """Open loop, as a SimPy process: send every request due by now, then sleep until
+        the next one's arrival."""
+        env, n, arrival_at, quarter_ends = self.env, self.n, self.arrival_at, self.quarter_ends
+        i = 0
         while i < n:
-            delay = arrival_at(i) - env.now
+            delay = arrival_at(i) - env.instant
             if delay > 0:
-                env.call_later(delay, open_loop)
-                return
-            state["next"] = i + 1
-            send(i)
+                yield env.sleep(delay)
+                continue
+            self.send(i)
             if i in quarter_ends:
-                queue_marks.append(sum(rep.waiting_count for rep in everyone))
+                self.queue_marks.append(sum(rep.waiting_count for rep in self.everyone))
             i += 1
-        env.call_later(0.0, _done)  # where the process's own end event would be
 
-    if stream.closed_loop_concurrency is not None:
-        for _ in range(min(stream.closed_loop_concurrency, n)):
-            send_next()
-    else:
-        env.call_later(0.0, open_loop, URGENT)  # as a process started now would first run
+    def timer(self, horizon_s: float) -> Generator[simpy.Event, Any, None]:
+        """The time limit, as a SimPy process: stop the run at `horizon_s`."""
+        yield self.env.timeout(horizon_s)
+        if not self.stop.triggered:
+            self.stop.succeed("time_limit")
 
-    if limits.max_simulated_time_s is not None:
-        horizon_s = float(limits.max_simulated_time_s)
 
-        def timer() -> Any:
-            yield env.timeout(horizon_s)
-            if not stop.triggered:
-                stop.succeed("time_limit")
-
-        env.process(timer())
-
-    if n == 0:
-        status = "completed"
-    else:
-        try:
-            status = str(env.run_until(stop))
-        except RuntimeError as exc:  # no events left yet requests unfinished: a scheduler bug
-            raise RuntimeError(f"simulation stalled with requests in flight: {exc}") from None
-    for rep in everyone:  # a replica asleep in a run of decode steps commits those ended
+def run_output(state: RunState, status: str, engine: Engine) -> RunOutput:
+    """What a stopped run leaves: its records filled in, warnings, and per-replica totals."""
+    for rep in state.everyone:  # a replica asleep in a run of decode steps commits those ended
         rep.settle()
-    records["arrival_s"] = np.frombuffer(arrival_s, dtype=np.float64)
-    records["front_end_s"] = np.frombuffer(front_end_s, dtype=np.float64)
-    done.scatter()
-    warnings: list[str] = [] if pools is not None else warnings_pre
+    records, pools, replicas = state.records, state.pools, state.replicas
+    records["arrival_s"] = np.frombuffer(state.arrival_s, dtype=np.float64)
+    records["front_end_s"] = np.frombuffer(state.front_end_s, dtype=np.float64)
+    state.done.scatter()
+    warnings: list[str] = [] if pools is not None else state.warnings_pre
     batch_cap = sum(rep.max_num_seqs for rep in replicas)
-    if unstable_queue(queue_marks, batch_cap):
-        marks = ", ".join(str(q) for q in queue_marks)
+    if unstable_queue(state.queue_marks, batch_cap):
+        marks = ", ".join(str(q) for q in state.queue_marks)
         warnings.append(
             f"unstable: queue grew throughout the run (waiting requests after 25/50/75/100% of "
             f"the arrivals: {marks}; more than max_num_seqs × replicas = {batch_cap} at the "
@@ -275,28 +306,25 @@ def run(
     decoders = pools.decode if pools is not None else replicas
     return RunOutput(
         records,
-        log,
-        [g for rep in everyone for g in rep.resume_gaps_s]
+        state.log,
+        [g for rep in state.everyone for g in rep.resume_gaps_s]
         + (pools.first_gaps_s if pools is not None else []),
         status,
-        sum(rep.preemptions for rep in everyone),
+        sum(rep.preemptions for rep in state.everyone),
         warnings=warnings,
-        busy_s=[rep.busy_s for rep in everyone],
+        busy_s=[rep.busy_s for rep in state.everyone],
         decode_end_s=[
             np.frombuffer(clock, dtype=np.float64) for rep in decoders for clock in rep.clocks()
         ],
         attention_dp_imbalance_share=imbalance_share(replicas),
         pipeline=pipeline_summary(replicas),
-        token_history=token_history,
-        end_s=float(env.now),
+        token_history=state.token_history,
+        end_s=float(state.env.instant),
         pools=pools,
-        speculative=speculative_stats(engine.speculative, cfg, replicas, stream, verify_tally),
-        spec_emitted=spec_emitted,
+        speculative=speculative_stats(engine.speculative, state.cfg, replicas, state.stream,
+                                      state.verify_tally),
+        spec_emitted=state.spec_emitted,
     )
-
-
-def _done(_e: object) -> None:
-    """The open loop's end: nothing waits on it."""
 
 
 class FinishedColumns:
