@@ -25,7 +25,7 @@ from simulator.metrics.summary import SLOTargets, summarize
 from simulator.quality.of_scenario import scenario_quality
 from simulator.serving.engine_build import Engine, build_engine
 from simulator.serving.records import DROP_REASONS
-from simulator.serving.simulation import TIMESERIES_COLUMNS, CheckHook, run
+from simulator.serving.simulation import TIMESERIES_COLUMNS, CheckHook, RunOutput, run
 from simulator.workload.stream import build_stream
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class LoadedScenario:
 
 @dataclass(frozen=True)
 class Result:
-    """What one simulation produced: the summary (DESIGN.md keys) and per-request records."""
+    """What one simulation produced: the summary (public result keys) and per-request records."""
 
     summary: dict[str, Any]
     requests: npt.NDArray[Any]  # one row per request (serving/records.py RECORD_DTYPE)
@@ -81,7 +81,7 @@ class Result:
         return np.sort(np.concatenate(parts))
 
     def to_dict(self) -> dict[str, Any]:
-        """The result JSON: DESIGN.md keys, then run status and engine facts."""
+        """The result JSON: the public result keys, then run status and engine facts."""
         out = dict(self.summary)
         out["status"] = self.status
         out["preemptions"] = self.preemptions
@@ -129,52 +129,20 @@ def simulate(
     else:
         engine = build_engine(s, base_dir, hardware)
     stream, warnings = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
-    hook: CheckHook | None
-    if check is True:
-        from simulator.serving.invariants import InvariantChecker
-
-        hook = InvariantChecker(engine)
-    else:
-        hook = check or None
+    hook = _check_hook(check, engine)
     out = run(s, engine, stream, timeseries=timeseries, check=hook)
     if hook is not None and hasattr(hook, "finish"):
         hook.finish(out)
     slo = None
     if s.slo is not None:
         slo = SLOTargets(s.slo.ttft_p99_s, s.slo.tpot_p99_s, s.slo.e2e_p99_s)
-    dur = np.frombuffer(out.step_log.itl_s, dtype=np.float64)
-    weights = np.frombuffer(out.step_log.itl_weight, dtype=np.float64)
-    gaps = np.asarray(out.resume_gaps_s, dtype=np.float64)
-    itl_values, itl_weights = dur, weights  # no copy of the per-step log unless needed
-    if gaps.size:
-        itl_values = np.concatenate([dur, gaps])
-        itl_weights = np.concatenate([weights, np.ones_like(gaps)])
+    itl_values, itl_weights = _itl_samples(out)
     summary = summarize(
         out.records, itl_values, itl_weights, s.num_gpus, slo, engine.style.front_end
     )
-    # Share of simulated time the replicas ran engine steps (energy per token uses it).
-    span_s = out.end_s * len(out.busy_s)
-    summary["gpu_busy_fraction"] = min(1.0, sum(out.busy_s) / span_s) if span_s > 0 else 0.0
-    if out.pools is not None:
-        gpu_span_s = out.end_s * s.num_gpus
-        busy = out.pools.gpu_busy_s() / gpu_span_s if gpu_span_s > 0 else 0.0
-        summary["gpu_busy_fraction"] = min(1.0, busy)
-        summary["disaggregation"] = pool_summary(
-            out.pools, out.records, out.end_s, slo, engine.style.front_end
-        )
-    if out.speculative is not None:
-        summary["speculative"] = out.speculative
-    if out.attention_dp_imbalance_share is not None:
-        summary["attention_dp_imbalance_share"] = out.attention_dp_imbalance_share
-    if out.pipeline is not None:
-        summary["pipeline"] = out.pipeline
+    summary.update(_run_facts(out, s, engine, slo))
     summary["quality"] = scenario_quality(s).to_dict()
-    warnings.extend(out.warnings)
-    if out.status != "completed":
-        warnings.append(
-            f"run stopped early ({out.status}) at t={out.end_s:.1f} s: the load exceeds what "
-            f"the deployment can serve; results cover finished requests only"
-        )
+    warnings.extend(_run_warnings(out))
     kv_capacity = engine.memory.kv_capacity_tokens
     if engine.speculative is not None:
         kv_capacity = engine.speculative.kv_capacity_tokens
@@ -190,6 +158,64 @@ def simulate(
     if hook is not None and hasattr(hook, "check_result"):
         hook.check_result(result)
     return result
+
+
+def _check_hook(check: bool | CheckHook, engine: Engine) -> CheckHook | None:
+    """The hook that checks the run: the invariant checker for `check=True`, the caller's own
+    hook, or none."""
+    if check is True:
+        from simulator.serving.invariants import InvariantChecker
+
+        return InvariantChecker(engine)
+    return check or None
+
+
+def _itl_samples(out: RunOutput) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(values, weights) of the inter-token latencies: each decode step's duration weighted by
+    the tokens it emitted, plus the gaps of preempted requests resuming (weight one)."""
+    dur = np.frombuffer(out.step_log.itl_s, dtype=np.float64)
+    weights = np.frombuffer(out.step_log.itl_weight, dtype=np.float64)
+    gaps = np.asarray(out.resume_gaps_s, dtype=np.float64)
+    if not gaps.size:
+        return dur, weights  # no copy of the per-step log unless needed
+    return np.concatenate([dur, gaps]), np.concatenate([weights, np.ones_like(gaps)])
+
+
+def _run_facts(out: RunOutput, s: Scenario, engine: Engine,
+               slo: SLOTargets | None) -> dict[str, Any]:
+    """Summary keys from the run beyond the per-request metrics: the GPUs' busy share (energy
+    per token uses it), the pools of a disaggregated run, speculation, attention-DP imbalance
+    and pipeline figures where the run has them."""
+    facts: dict[str, Any] = {}
+    # Share of simulated time the replicas ran engine steps.
+    span_s = out.end_s * len(out.busy_s)
+    facts["gpu_busy_fraction"] = min(1.0, sum(out.busy_s) / span_s) if span_s > 0 else 0.0
+    if out.pools is not None:
+        gpu_span_s = out.end_s * s.num_gpus
+        busy = out.pools.gpu_busy_s() / gpu_span_s if gpu_span_s > 0 else 0.0
+        facts["gpu_busy_fraction"] = min(1.0, busy)
+        facts["disaggregation"] = pool_summary(
+            out.pools, out.records, out.end_s, slo, engine.style.front_end
+        )
+    if out.speculative is not None:
+        facts["speculative"] = out.speculative
+    if out.attention_dp_imbalance_share is not None:
+        facts["attention_dp_imbalance_share"] = out.attention_dp_imbalance_share
+    if out.pipeline is not None:
+        facts["pipeline"] = out.pipeline
+    return facts
+
+
+def _run_warnings(out: RunOutput) -> list[str]:
+    """The run's own warnings, and one saying so when it stopped before every request was
+    served."""
+    warnings = list(out.warnings)
+    if out.status != "completed":
+        warnings.append(
+            f"run stopped early ({out.status}) at t={out.end_s:.1f} s: the load exceeds what "
+            f"the deployment can serve; results cover finished requests only"
+        )
+    return warnings
 
 
 def estimate(

@@ -11,27 +11,28 @@ and, per scenario, in `notes`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from simulator.closed_form.scenario_load import (
+    Loaded,
+    SideIn,
+    closed_population,
+    deployment_capacity_per_s,
+    load_sides,
+)
 from simulator.closed_form.sides import (
     Side,
-    open_side,
     pool_prefill_wait_s,
     queue_wait_s,
     side_tpot_s,
 )
 from simulator.closed_form.steady_state import (
-    Operating,
     Traffic,
-    Unit,
     batch_limit,
     capacity,
     decode_steps,
     kv_batch_limit,
-    prefill_capacity_per_s,
-    solve_population,
 )
 from simulator.closed_form.stream_moments import (
     arrival_cv2,
@@ -164,136 +165,34 @@ def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estim
 
 
 def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
-              sides_in: list[tuple[Unit, Traffic, int]], kind: str, notes: list[str],
+              sides_in: list[SideIn], kind: str, notes: list[str],
               front: FrontEnd) -> Estimate:
+    """The estimate's metrics from the deployment's sides: load them, sum the TTFT a request
+    sees across them, and correct for a finite run's start-up burst, backlog and drain."""
     n_req = len(stream)
-    rate = offered_rate_per_s(scenario, stream)
     gpus = scenario.num_gpus
-    cv2 = arrival_cv2(scenario, sides_in[-1][1])
-    client = front.ingest_s + front.first_chunk_s
-    i_mean = sides_in[0][1].input_mean
-    offset_mean = client + front.per_input_token_s * i_mean
-    offset_p99 = client + front.per_input_token_s * sides_in[0][1].input_p99
-    # Capacity of the deployment: the tighter side.
-    caps = []
-    for unit, traffic, count in sides_in:
-        if unit.prefills_only:
-            caps.append(prefill_capacity_per_s(unit, traffic) * count)
-        else:
-            caps.append(capacity(unit, traffic)[0].rate_per_s * count)
-    cap_total = min(caps)
-    population: float | None = None
     a = scenario.workload.arrival
-    if rate is None:
-        population = float(a.concurrency if isinstance(a, ClosedLoopArrival) else n_req)
-        population = min(population, float(n_req))
-    sides: list[Side] = []
-    seat_wait = 0.0
-    excess_s = 0.0  # closed loop over pools beyond their capacity: the clients that wait
-    if population is not None and len(sides_in) == 1:
-        unit, traffic, count = sides_in[0]
-        active = max(1.0, min(float(count), population))  # fewer in flight than units
-        op, seat_wait = solve_population(unit, traffic, population / active, offset_mean)
-        top, why = capacity(unit, traffic)
-        sides.append(Side(unit, count, op, why, top.rate_per_s, True, seat_wait))
-        rate = op.rate_per_s * active
-    else:
-        closed_pools = rate is None
-
-        def pool_sides(r: float) -> list[Side]:
-            out: list[Side] = []
-            for unit, traffic, count in sides_in:
-                if unit.prefills_only:
-                    per = r / count
-                    alone = Operating(0.0, per, 0.0, 0.0,
-                                      capacity(unit, traffic)[0].prefill_s, 0.0)
-                    cap_u = prefill_capacity_per_s(unit, traffic)
-                    out.append(Side(unit, count, alone, "prefill", cap_u, per < cap_u))
-                else:
-                    # A closed loop's requests are sent over n / rate seconds.
-                    span = (n_req / max(r, 1e-12) if closed_pools else
-                            float(stream.arrival_s[-1] - stream.arrival_s[0]) if n_req > 1
-                            else 0.0)
-                    out.append(open_side(unit, traffic, count, r, n_req / count, span))
-            return out
-
-        if closed_pools:
-            assert population is not None
-            rate, excess_s = _drive_pools(pool_sides, sides_in, engine, cv2, cap_total,
-                                          population, offset_mean)
-            notes.append("closed loop over disaggregated pools: the rate at which the clients' "
-                         "cycle closes (Little's law), at most the tighter pool's capacity; "
-                         "clients beyond it wait in the prefill queue")
-        assert rate is not None
-        sides = pool_sides(rate)
-    assert rate is not None
+    offline = isinstance(a, OfflineArrival)
+    traffic = sides_in[-1][1]
+    cv2 = arrival_cv2(scenario, traffic)
+    offset_mean, offset_p99 = _client_offsets_s(front, sides_in[0][1])
+    cap_total = deployment_capacity_per_s(sides_in)
+    rate_in = offered_rate_per_s(scenario, stream)
+    population = closed_population(scenario, rate_in, n_req)
+    load = load_sides(sides_in, engine, stream, rate_in, population, cap_total, cv2,
+                      offset_mean)
+    notes.extend(load.notes)
+    sides, rate = load.sides, load.rate_per_s
     stable = all(s.stable for s in sides) and rate <= cap_total * (1 + 1e-9)
     dec = sides[-1]
-    traffic = sides_in[-1][1]
-    # TTFT: queue + prefill (+ transfer and the first decode step when disaggregated, unless
-    # the prefill replica emits the first token itself).
-    ttft_mean = ttft_p99 = 0.0
-    queue_mean = 0.0
-    after_first_s = 0.0  # the transfer, when it falls between the first and second token
-    for side, (unit, traffic_s, count) in zip(sides, sides_in, strict=True):
-        if unit.first_token_from_prefill:
-            assert engine.kv_link is not None
-            after_first_s = engine.kv_link.exposed_s(round(traffic_s.input_mean),
-                                                     sides[0].op.prefill_s)
-            continue
-        if unit.decodes_first_token:
-            link = engine.kv_link
-            assert link is not None
-            pre_s = sides[0].op.prefill_s
-            xfer = link.exposed_s(round(traffic_s.input_mean), pre_s)
-            ttft_mean += xfer + side.op.step_s * 1.5
-            ttft_p99 += link.exposed_s(round(traffic_s.input_p99), pre_s) + side.op.step_s * 2
-            continue
-        if unit.prefills_only and population is not None:  # closed loop over the pools
-            q_mean, q_p99 = pool_prefill_wait_s(side, traffic_s, cv2, rate / count, population)
-            q_mean, q_p99 = q_mean + excess_s, q_p99 + excess_s
-        else:
-            q_mean, q_p99 = queue_wait_s(side, traffic_s, cv2, rate / count,
-                                         population is not None)
-        if isinstance(a, OfflineArrival):  # request j of the backlog waits ~ j / rate
-            q_mean += side.seat_wait_s / 2
-            q_p99 += side.seat_wait_s * 0.99
-        else:
-            q_mean += side.seat_wait_s
-            q_p99 += side.seat_wait_s
-        if population is None and side.stable and side.cap_per_s > 0:
-            # A finite run's queue holds at most its own requests.
-            whole_s = n_req / count / side.cap_per_s
-            q_mean, q_p99 = min(q_mean, whole_s / 2), min(q_p99, whole_s)
-        queue_mean += q_mean
-        scale = traffic_s.input_p99 / max(traffic_s.input_mean, 1.0)
-        ttft_mean += q_mean + side.op.prefill_s
-        ttft_p99 += q_p99 + side.op.prefill_s * max(1.0, scale)
+    ttft_mean, ttft_p99, queue_mean, after_first_s = _steady_ttft_s(
+        load, sides_in, engine, cv2, offline, n_req)
     tpot50, tpot99 = side_tpot_s(dec, traffic)
     if isinstance(a, ClosedLoopArrival | OfflineArrival) and population is not None:
-        # Everyone arrives at once at the start: the last of the first wave waits for all
-        # their prompts to be prefilled.
-        first = min(population, n_req)
-        burst = first / sides_in[0][2]
-        unit0, t0, _ = sides_in[0]
-        per_s = capacity(unit0, t0)[0]
-        prefill_rate = unit0.budget_tokens / max(
-            unit0.step_s(0.0, float(unit0.budget_tokens), max(1.0, unit0.budget_tokens
-                                                              / t0.input_mean), 0.0), 1e-12)
-        wave = burst * t0.input_mean / prefill_rate
-        if first / n_req >= 0.01:
-            ttft_p99 = max(ttft_p99, wave + per_s.decode_step_s)
-        # The first wave's requests wait on average half the burst's prefill; the rest of
-        # the run sees the steady state. The run's mean weighs the two by their counts.
-        share = first / n_req
-        ttft_mean = (1 - share) * ttft_mean + share * max(ttft_mean, wave / 2)
+        ttft_mean, ttft_p99 = _first_wave_ttft_s(sides_in, population, n_req, ttft_mean,
+                                                 ttft_p99)
     if not stable and population is None and rate > 0:
-        # Overloaded open loop: the backlog grows through the run; request j waits about
-        # j (1/capacity - 1/rate).
-        if not dec.unit.prefills_only and dec.op.rate_per_s > 0:  # the run's own batch limit
-            cap_total = min(cap_total, dec.op.rate_per_s * dec.count)
-        growth = n_req * max(0.0, 1 / cap_total - 1 / rate)
-        base = sum(s.op.prefill_s for s in sides) + dec.op.step_s
+        cap_total, base, growth = _backlog_s(sides, n_req, rate, cap_total)
         ttft_mean, ttft_p99 = base + growth / 2, base + 0.99 * growth
         drain_ttft = base
     else:
@@ -308,8 +207,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     batch = dec.op.batch
     if population is not None and len(sides_in) == 1 and identical(traffic):
         active = max(1.0, min(float(dec.count), population))  # fewer in flight than units
-        w = waves(dec.unit, traffic, population / active, n_req / active,
-                  isinstance(a, OfflineArrival))
+        w = waves(dec.unit, traffic, population / active, n_req / active, offline)
         notes.append("identical requests in a closed loop: synchronized waves (one prefill "
                      "burst, then lockstep decode)")
         tpot50 = tpot99 = w.tpot_s
@@ -330,42 +228,100 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     )
 
 
-def _drive_pools(pool_sides: Callable[[float], list[Side]],
-                 sides_in: list[tuple[Unit, Traffic, int]], engine: Engine, cv2: float,
-                 cap_total: float, population: float, offset_s: float) -> tuple[float, float]:
-    """(rate, excess wait) of `population` clients cycling through a prefill pool, the KV
-    transfer and a decode pool: the rate at which rate x cycle time = population (Little's
-    law), by bisection; past the tighter pool's capacity the rate stays there and the clients
-    left over wait population / rate - cycle in the prefill queue."""
-    link = engine.kv_link
-    assert link is not None
+def _client_offsets_s(front: FrontEnd, traffic: Traffic) -> tuple[float, float]:
+    """(mean, p99) of what the client adds to TTFT before the engine sees the prompt: the
+    front end's ingest and first chunk, and its per-input-token cost."""
+    client = front.ingest_s + front.first_chunk_s
+    return (client + front.per_input_token_s * traffic.input_mean,
+            client + front.per_input_token_s * traffic.input_p99)
 
-    def cycle_s(r: float) -> float:
-        total = offset_s
-        sides = pool_sides(r)
-        for side, (unit, traffic, count) in zip(sides, sides_in, strict=True):
-            if unit.prefills_only:
-                total += pool_prefill_wait_s(side, traffic, cv2, r / count, population)[0]
-                total += side.op.prefill_s
-                total += link.exposed_s(round(traffic.input_mean), side.op.prefill_s)
-            else:
-                total += decode_steps(traffic, unit) * side.op.step_s
-        return total
 
-    top = cap_total * 0.999
-    if top <= 0:
-        return 0.0, 0.0
-    cycle_top = cycle_s(top)
-    if top * cycle_top <= population:
-        return top, max(0.0, population / top - cycle_top)
-    lo, hi = 0.0, top
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        if mid * cycle_s(mid) < population:
-            lo = mid
-        else:
-            hi = mid
-    return lo, 0.0
+def _steady_ttft_s(load: Loaded, sides_in: list[SideIn], engine: Engine, cv2: float,
+                   offline: bool, n_req: int) -> tuple[float, float, float, float]:
+    """(mean TTFT, p99 TTFT, mean queue, transfer after the first token) in the steady state:
+    queue + prefill (+ transfer and the first decode step when disaggregated, unless the
+    prefill replica emits the first token itself, when the transfer follows it)."""
+    sides = load.sides
+    ttft_mean = ttft_p99 = 0.0
+    queue_mean = 0.0
+    after_first_s = 0.0  # the transfer, when it falls between the first and second token
+    for side, (unit, traffic_s, count) in zip(sides, sides_in, strict=True):
+        if unit.first_token_from_prefill:
+            assert engine.kv_link is not None
+            after_first_s = engine.kv_link.exposed_s(round(traffic_s.input_mean),
+                                                     sides[0].op.prefill_s)
+            continue
+        if unit.decodes_first_token:
+            link = engine.kv_link
+            assert link is not None
+            pre_s = sides[0].op.prefill_s
+            xfer = link.exposed_s(round(traffic_s.input_mean), pre_s)
+            ttft_mean += xfer + side.op.step_s * 1.5
+            ttft_p99 += link.exposed_s(round(traffic_s.input_p99), pre_s) + side.op.step_s * 2
+            continue
+        q_mean, q_p99 = _prefill_wait_s(load, side, traffic_s, count, cv2, offline, n_req)
+        queue_mean += q_mean
+        scale = traffic_s.input_p99 / max(traffic_s.input_mean, 1.0)
+        ttft_mean += q_mean + side.op.prefill_s
+        ttft_p99 += q_p99 + side.op.prefill_s * max(1.0, scale)
+    return ttft_mean, ttft_p99, queue_mean, after_first_s
+
+
+def _prefill_wait_s(load: Loaded, side: Side, traffic: Traffic, count: int, cv2: float,
+                    offline: bool, n_req: int) -> tuple[float, float]:
+    """(mean, p99) wait before a request's prefill starts on `side`: its queue, the seat a
+    closed loop waits for (an offline backlog's request j waits ~ j / rate), and no more than
+    a finite open run's own requests take."""
+    rate, population = load.rate_per_s, load.population
+    if side.unit.prefills_only and population is not None:  # closed loop over the pools
+        q_mean, q_p99 = pool_prefill_wait_s(side, traffic, cv2, rate / count, population)
+        q_mean, q_p99 = q_mean + load.excess_s, q_p99 + load.excess_s
+    else:
+        q_mean, q_p99 = queue_wait_s(side, traffic, cv2, rate / count, population is not None)
+    if offline:  # request j of the backlog waits ~ j / rate
+        q_mean += side.seat_wait_s / 2
+        q_p99 += side.seat_wait_s * 0.99
+    else:
+        q_mean += side.seat_wait_s
+        q_p99 += side.seat_wait_s
+    if population is None and side.stable and side.cap_per_s > 0:
+        # A finite run's queue holds at most its own requests.
+        whole_s = n_req / count / side.cap_per_s
+        q_mean, q_p99 = min(q_mean, whole_s / 2), min(q_p99, whole_s)
+    return q_mean, q_p99
+
+
+def _first_wave_ttft_s(sides_in: list[SideIn], population: float, n_req: int,
+                       ttft_mean: float, ttft_p99: float) -> tuple[float, float]:
+    """(mean, p99) TTFT with the start-up burst: everyone arrives at once, so the last of the
+    first wave waits for all their prompts to be prefilled."""
+    first = min(population, n_req)
+    burst = first / sides_in[0][2]
+    unit0, t0, _ = sides_in[0]
+    per_s = capacity(unit0, t0)[0]
+    prefill_rate = unit0.budget_tokens / max(
+        unit0.step_s(0.0, float(unit0.budget_tokens), max(1.0, unit0.budget_tokens
+                                                          / t0.input_mean), 0.0), 1e-12)
+    wave = burst * t0.input_mean / prefill_rate
+    if first / n_req >= 0.01:
+        ttft_p99 = max(ttft_p99, wave + per_s.decode_step_s)
+    # The first wave's requests wait on average half the burst's prefill; the rest of
+    # the run sees the steady state. The run's mean weighs the two by their counts.
+    share = first / n_req
+    ttft_mean = (1 - share) * ttft_mean + share * max(ttft_mean, wave / 2)
+    return ttft_mean, ttft_p99
+
+
+def _backlog_s(sides: tuple[Side, ...], n_req: int, rate: float,
+               cap_total: float) -> tuple[float, float, float]:
+    """(capacity, base TTFT, backlog growth) of an overloaded open loop: the backlog grows
+    through the run, request j waiting about j (1/capacity - 1/rate) on top of the base."""
+    dec = sides[-1]
+    if not dec.unit.prefills_only and dec.op.rate_per_s > 0:  # the run's own batch limit
+        cap_total = min(cap_total, dec.op.rate_per_s * dec.count)
+    growth = n_req * max(0.0, 1 / cap_total - 1 / rate)
+    base = sum(s.op.prefill_s for s in sides) + dec.op.step_s
+    return cap_total, base, growth
 
 
 def _run_throughput(scenario: Scenario, stream: RequestStream, rate: float, out_tok: float,

@@ -75,24 +75,10 @@ def pool_summary(
     p, d = pools.spec["prefill"], pools.spec["decode"]
     done = (records["drop_reason"] == 0) & np.isfinite(records["finish_s"])
     arrival = records["arrival_s"]
-    residence_s = np.where(done, records["finish_s"] - pools.decode_scheduled_s, 0.0)
-    residence_s = np.nan_to_num(residence_s)
-    mean_kv = records["input_tokens"] + records["output_tokens"] / 2.0
-    span = max(end_s, 1e-12)
-    slot_load = float(residence_s.sum()) / (span * d.replicas * d.cfg.max_num_seqs)
-    kv_load = float((residence_s * mean_kv).sum()) / (span * d.replicas * d.kv_capacity_tokens)
+    slot_load, kv_load = _decode_occupancy(pools, records, done, end_s)
     prefill_busy = pools.busy_fraction(pools.prefill, end_s)
     slo = slo or SLOTargets()
-    # TTFT as the client measures it (and the SLO is scored): plus the front-end cost.
-    offset = client_offset_s(records, front_end)
-    ttft = np.where(done, records["first_token_s"] - arrival + offset, np.nan)
-    multi = done & (records["output_tokens"] > 1)
-    tpot = np.where(
-        multi,
-        (records["finish_s"] - records["first_token_s"])
-        / np.maximum(1, records["output_tokens"] - 1),
-        np.nan,
-    )
+    ttft, tpot = _client_latencies_s(records, done, front_end)
     prefill_load, prefill_why = _load(
         ("busy", prefill_busy), ("TTFT p99 over its SLO", _slo_pressure(ttft, slo.ttft_p99_s))
     )
@@ -103,29 +89,13 @@ def pool_summary(
     )
     bottleneck = "prefill" if prefill_load >= decode_load else "decode"
     total = p.replicas + d.replicas
-    better = suggest_prefill_replicas(total, prefill_load * p.replicas, decode_load * d.replicas)
-    now = f"{p.replicas}P{d.replicas}D"
-    work = (prefill_load * p.replicas, decode_load * d.replicas)
-    if total >= 2 and split_load(total, better, *work) > 1:
-        advice = (
-            f"no split of {total} replicas carries this load (best by load: "
-            f"{better}P{total - better}D); add replicas"
-        )
-    elif better == p.replicas:
-        # Not "balanced": with replicas of unequal size, or a single replica that cannot
-        # move, the best split by count can leave one pool far busier than the other.
-        advice = (
-            f"{now} is the best split of these {total} replicas (moving one between the "
-            f"pools does not lower the busier pool's load)"
-        )
-    else:
-        advice = f"try {better}P{total - better}D with the same {total} replicas"
+    better, advice = _split_advice(p.replicas, d.replicas, prefill_load, decode_load)
     hint = (
         f"{bottleneck} pool saturates first (prefill: {prefill_why}; decode: {decode_why}); "
         f"{advice}"
     )
     return {
-        "ratio": now,
+        "ratio": f"{p.replicas}P{d.replicas}D",
         "prefill": {
             "gpu": p.model.hw.name,
             "replicas": p.replicas,
@@ -153,3 +123,62 @@ def pool_summary(
         "suggested_ratio": f"{better}P{total - better}D",
         "hint": hint,
     }
+
+
+def _decode_occupancy(
+    pools: DisaggregatedPools, records: npt.NDArray[Any], done: npt.NDArray[np.bool_],
+    end_s: float,
+) -> tuple[float, float]:
+    """(batch-slot share, KV-cache share) the decode pool's requests hold on average over the
+    run: Little's law over each finished request's residence from its decode scheduling."""
+    d = pools.spec["decode"]
+    residence_s = np.where(done, records["finish_s"] - pools.decode_scheduled_s, 0.0)
+    residence_s = np.nan_to_num(residence_s)
+    mean_kv = records["input_tokens"] + records["output_tokens"] / 2.0
+    span = max(end_s, 1e-12)
+    slot_load = float(residence_s.sum()) / (span * d.replicas * d.cfg.max_num_seqs)
+    kv_load = float((residence_s * mean_kv).sum()) / (span * d.replicas * d.kv_capacity_tokens)
+    return slot_load, kv_load
+
+
+def _client_latencies_s(
+    records: npt.NDArray[Any], done: npt.NDArray[np.bool_], front_end: FrontEnd | None
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """(TTFT, TPOT) per request as the client measures them and the SLO scores them (TTFT
+    with the front-end cost); NaN where a request did not finish or has no second token."""
+    offset = client_offset_s(records, front_end)
+    ttft = np.where(done, records["first_token_s"] - records["arrival_s"] + offset, np.nan)
+    multi = done & (records["output_tokens"] > 1)
+    tpot = np.where(
+        multi,
+        (records["finish_s"] - records["first_token_s"])
+        / np.maximum(1, records["output_tokens"] - 1),
+        np.nan,
+    )
+    return ttft, tpot
+
+
+def _split_advice(
+    prefill_replicas: int, decode_replicas: int, prefill_load: float, decode_load: float
+) -> tuple[int, str]:
+    """(prefill replicas of the best split, advice in words): keep this split, try the better
+    one, or add replicas when no split of these carries the load."""
+    total = prefill_replicas + decode_replicas
+    work = (prefill_load * prefill_replicas, decode_load * decode_replicas)
+    better = suggest_prefill_replicas(total, *work)
+    if total >= 2 and split_load(total, better, *work) > 1:
+        advice = (
+            f"no split of {total} replicas carries this load (best by load: "
+            f"{better}P{total - better}D); add replicas"
+        )
+    elif better == prefill_replicas:
+        # Not "balanced": with replicas of unequal size, or a single replica that cannot
+        # move, the best split by count can leave one pool far busier than the other.
+        now = f"{prefill_replicas}P{decode_replicas}D"
+        advice = (
+            f"{now} is the best split of these {total} replicas (moving one between the "
+            f"pools does not lower the busier pool's load)"
+        )
+    else:
+        advice = f"try {better}P{total - better}D with the same {total} replicas"
+    return better, advice

@@ -82,13 +82,38 @@ def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
     _, rows, manifest = load_sweep_dir(sweep_dir)
     axes: list[str] = list(manifest["axes"])
     ok = [r for r in rows if r.get("point_status") == "ok"]
+    front = _report_frontier(rows, manifest, x, y)
+    sections = [Section("Summary", "", html_body=facts_table(_summary_facts(rows, ok, axes,
+                                                                            manifest, front)))]
+    if ok:
+        sections += _result_sections(rows, ok, axes, x, y, color_by)
+        chart = _breakdown_section(sweep_dir, front, axes) if breakdown else None
+        if chart is not None:
+            sections.append(chart)
+    else:
+        sections.append(Section("No results", "No point of this sweep simulated successfully."))
+    page = render_page(f"Sweep report: {Path(str(manifest.get('source', sweep_dir))).name}",
+                       "Predicted by the frontier simulator (analytical roofline costs in a "
+                       "discrete-event serving simulation); no GPU was used.", sections)
+    write_atomic(html_path, page)
+    return html_path
+
+
+def _report_frontier(rows: list[Row], manifest: Mapping[str, Any], x: Axis, y: Axis) -> list[Row]:
+    """The frontier the report draws: of all points, or, when a screened sweep ruled out SLO
+    misses, of the points within the SLO."""
     within = manifest.get("frontier_within_slo") or {}
-    if within:  # a screened sweep ruled out SLO misses: its frontier is the one within the SLO
+    if within:
         from simulator.sweep.recommend import slo_failures
 
-        front = frontier_rows([r for r in rows if not slo_failures(r, within)], x, y)
-    else:
-        front = frontier_rows(rows, x, y)
+        return frontier_rows([r for r in rows if not slo_failures(r, within)], x, y)
+    return frontier_rows(rows, x, y)
+
+
+def _summary_facts(rows: list[Row], ok: list[Row], axes: Sequence[str],
+                   manifest: Mapping[str, Any], front: list[Row]) -> list[tuple[str, str]]:
+    """The summary table: sweep file, swept keys, points simulated and crashed, frontier
+    size, and the points dropped or screened out, most common reason first."""
     facts = [
         ("sweep file", str(manifest.get("source", "?"))),
         ("swept keys", ", ".join(axes) or "(none)"),
@@ -101,58 +126,61 @@ def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
         facts.append(("dropped", f"{n}: {reason}"))
     for reason, n in sorted(manifest.get("screened", {}).items(), key=lambda kv: -kv[1]):
         facts.append(("screened out (not simulated)", f"{n}: {reason}"))
-    sections = [Section("Summary", "", html_body=facts_table(facts))]
-    if ok:
+    return facts
+
+
+def _result_sections(rows: list[Row], ok: list[Row], axes: list[str], x: Axis, y: Axis,
+                     color_by: str | None) -> list[Section]:
+    """The figures of a sweep with results: the frontier, the frontier split by one swept key,
+    by number format, latency against load, and the disaggregated pools where swept."""
+    sections = [Section(
+        "Frontier",
+        f"Each dot is one simulated config; the line joins the points that no other point "
+        f"beats on both {y.label} and {x.label}. Hover for the config.",
+        frontier_figure(rows, axes, x, y),
+    )]
+    if color_by is not None and color_by not in axes:
+        raise InputError(f"--color-by {color_by!r} is not a swept key ({', '.join(axes)})")
+    key = color_by or choose_color_key(ok, axes)
+    if key is not None:
         sections.append(Section(
-            "Frontier",
-            f"Each dot is one simulated config; the line joins the points that no other point "
-            f"beats on both {y.label} and {x.label}. Hover for the config.",
-            frontier_figure(rows, axes, x, y),
+            f"Frontier by {key}",
+            f"The same points coloured by {key}, each value with its own frontier: where "
+            "the lines cross, the better choice changes.",
+            split_figure(rows, axes, key, x, y),
         ))
-        if color_by is not None and color_by not in axes:
-            raise InputError(f"--color-by {color_by!r} is not a swept key ({', '.join(axes)})")
-        key = color_by or choose_color_key(ok, axes)
-        if key is not None:
-            sections.append(Section(
-                f"Frontier by {key}",
-                f"The same points coloured by {key}, each value with its own frontier: where "
-                "the lines cross, the better choice changes.",
-                split_figure(rows, axes, key, x, y),
-            ))
-        by_format = format_section(rows, axes, x, y)
-        if by_format is not None:
-            sections.append(by_format)
-        sections.append(Section(
-            "Latency against load",
-            "TTFT and TPOT percentiles against the achieved request rate, one colour per "
-            "config (the swept keys other than the load). A knee marks the load the config "
-            "can no longer keep up with.",
-            latency_figure(rows, axes, y),
-        ))
-        pools = pool_section(rows, axes)
-        if pools is not None:
-            sections.append(pools)
-        chosen = spread(front, MAX_BREAKDOWN_POINTS)
-        items = []
-        if breakdown:
-            for r in chosen:
-                path = sweep_dir / "points" / f"{r['point_id']}.yaml"
-                if path.is_file():
-                    parts = step_breakdown(path)
-                    if parts:
-                        items.append((_label(r, axes), parts))
-        if items:
-            sections.append(Section(
-                "Step-time breakdown",
-                "Mean time of one engine step for frontier points, split into the GPU time "
-                "bound by compute, by HBM traffic, by communication, by fixed kernel costs, and "
-                "the host (CPU) time the engine adds.",
-                breakdown_figure(items),
-            ))
-    else:
-        sections.append(Section("No results", "No point of this sweep simulated successfully."))
-    page = render_page(f"Sweep report: {Path(str(manifest.get('source', sweep_dir))).name}",
-                       "Predicted by the frontier simulator (analytical roofline costs in a "
-                       "discrete-event serving simulation); no GPU was used.", sections)
-    write_atomic(html_path, page)
-    return html_path
+    by_format = format_section(rows, axes, x, y)
+    if by_format is not None:
+        sections.append(by_format)
+    sections.append(Section(
+        "Latency against load",
+        "TTFT and TPOT percentiles against the achieved request rate, one colour per "
+        "config (the swept keys other than the load). A knee marks the load the config "
+        "can no longer keep up with.",
+        latency_figure(rows, axes, y),
+    ))
+    pools = pool_section(rows, axes)
+    if pools is not None:
+        sections.append(pools)
+    return sections
+
+
+def _breakdown_section(sweep_dir: Path, front: list[Row], axes: Sequence[str]) -> Section | None:
+    """Step-time breakdown of up to MAX_BREAKDOWN_POINTS frontier points spread along it, from
+    reruns of their scenario files; None when none of them can be rerun."""
+    items = []
+    for r in spread(front, MAX_BREAKDOWN_POINTS):
+        path = sweep_dir / "points" / f"{r['point_id']}.yaml"
+        if path.is_file():
+            parts = step_breakdown(path)
+            if parts:
+                items.append((_label(r, axes), parts))
+    if not items:
+        return None
+    return Section(
+        "Step-time breakdown",
+        "Mean time of one engine step for frontier points, split into the GPU time "
+        "bound by compute, by HBM traffic, by communication, by fixed kernel costs, and "
+        "the host (CPU) time the engine adds.",
+        breakdown_figure(items),
+    )
