@@ -1,4 +1,4 @@
-"""Scenario schema: defaults, the public keys of DESIGN.md, one-line errors, --set overrides."""
+"""Scenario schema: defaults, the public scenario keys, one-line errors, --set overrides."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ MINIMAL: dict[str, Any] = {
     },
 }
 
-# The example of DESIGN.md, "Scenario file", verbatim (comments dropped).
+# The project's published scenario example (shared design notes), verbatim (comments dropped).
 DESIGN_EXAMPLE = """
 schema_version: 1
 name: llama-3.3-70b on 2x H200, chat

@@ -1,7 +1,7 @@
 """The `deployment` block of a scenario: how the model is laid out over GPUs and served.
 
 An aggregated deployment is one engine type; a disaggregated one has a prefill and a decode
-pool. Every key here is public (DESIGN.md, "Scenario file").
+pool. Every key here is public (docs/architecture.md, public names).
 """
 
 from __future__ import annotations

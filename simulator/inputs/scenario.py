@@ -1,6 +1,6 @@
 """Scenario files: one deployment under one workload, as a strict, versioned pydantic schema.
 
-Every key here is public (DESIGN.md, "Scenario file"). Tagged unions (`deployment`,
+Every key here is public (docs/architecture.md, public names). Tagged unions (`deployment`,
 `workload.arrival`, `workload.input_tokens`, `workload.output_tokens`) choose their variant by
 `kind`. Their pydantic tags end in `-tag` so that `format_validation_error` can drop them from
 error locations: a user reads `workload.arrival.rate_per_s`, not `workload.arrival.poisson...`.

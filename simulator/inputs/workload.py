@@ -1,6 +1,6 @@
 """The workload part of a scenario: arrivals, prompt and output lengths, priorities.
 
-Public keys (DESIGN.md, "Scenario file"); `simulator.inputs.scenario` re-exports every name here.
+Public keys (docs/architecture.md); `simulator.inputs.scenario` re-exports every name here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Request records -> latency and throughput summaries with the public keys of DESIGN.md.
+"""Request records -> latency and throughput summaries with the public keys of docs/architecture.md.
 
 Definitions follow `vllm bench serve`: TTFT from arrival to first token; TPOT =
 (e2e - ttft) / (output tokens - 1) over requests with more than one output token; ITL = every
@@ -96,7 +96,7 @@ def summarize(
     slo: SLOTargets | None,
     front_end: FrontEnd | None = None,
 ) -> dict[str, Any]:
-    """The result keys of DESIGN.md from per-request records and the ITL sample set.
+    """The public result keys from per-request records and the ITL sample set.
 
     Records hold engine-side instants. TTFT and end-to-end latency are reported as the client
     measures them (`vllm bench serve`): the front-end time per request (queue, ingest,

@@ -1,6 +1,6 @@
 """The Pareto frontier of a sweep: the points no other point beats on both axes.
 
-Default axes (DESIGN.md): y = output tokens/s per GPU (maximize) against x = output tokens/s
+Default axes: y = output tokens/s per GPU (maximize) against x = output tokens/s
 per user at the median (maximize). A point is dominated when another is at least as good on
 both axes and strictly better on one; identical points do not dominate each other, so ties
 are all on the frontier. Dominated points stay in results.csv; frontier.csv holds the rest.

@@ -1,5 +1,5 @@
 """Sweep files: a scenario plus `sweep:` axes, `zip:` groups and `constraints:`, expanded into
-the grid of points to simulate (DESIGN.md, "Sweep file").
+the grid of points to simulate (the sweep file format of README.md).
 
 Every dotted key path under `sweep:` is a grid axis (all combinations, in file order); each
 `zip:` group is one axis whose paths move together. Points that a constraint drops, or that the
