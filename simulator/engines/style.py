@@ -16,9 +16,10 @@ from typing import Annotated, Literal
 import numpy as np
 import numpy.typing as npt
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from simulator.errors import InputError, format_validation_error
+from simulator.hardware.provenance import Provenance, check_keys, schema_paths
 from simulator.yamlsafe import safe_load_bounded
 
 STYLES_PATH = Path(__file__).parent / "engine_styles.yaml"
@@ -65,6 +66,21 @@ class _StyleFile(BaseModel):
     # layers-per-stage x this. None = unknown (no floor).
     dispatch_us_per_layer: Annotated[float, Field(ge=0)] | None = None
     source: str
+    # Status and origin of each value, keyed by its key (hardware/provenance.py); read by
+    # tests and reports, never by the simulation.
+    provenance: Provenance | None = None
+
+    @field_validator("provenance")
+    @classmethod
+    def _provenance_names_values(cls, value: Provenance | None) -> Provenance | None:
+        check_keys(value, style_paths(), "engine-style")
+        return value
+
+
+@functools.cache
+def style_paths() -> frozenset[str]:
+    """Every key a style's provenance may name: its values, not its description or source."""
+    return schema_paths(_StyleFile, skip=("description", "source", "provenance"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,21 @@ published and what is calibration. No hardware number lives in Python code.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from simulator.errors import InputError, format_validation_error
 from simulator.hardware.attention_classes import (
@@ -27,6 +35,7 @@ from simulator.hardware.gemm_classes import (
     check_formats,
     to_gemm_classes,
 )
+from simulator.hardware.provenance import Provenance, check_keys, schema_paths
 from simulator.yamlsafe import safe_load_bounded
 
 Positive = Annotated[float, Field(gt=0)]
@@ -123,6 +132,15 @@ class HardwareFile(_Strict):
     gemm_classes: GemmClassesSpec | None = None
     # Attention kernel classes (hardware/attention_classes.py); absent: the generic fractions.
     attention_classes: AttentionClassesSpec | None = None
+    # Status and origin of each calibration value, keyed by its key path (provenance.py);
+    # read by tests and reports, never by the cost model.
+    provenance: Provenance | None = None
+
+    @field_validator("provenance")
+    @classmethod
+    def _provenance_names_values(cls, value: Provenance | None) -> Provenance | None:
+        check_keys(value, calibration_paths(), "/".join(CALIBRATION_BLOCKS))
+        return value
 
     @model_validator(mode="after")
     def _classes_cover_formats(self) -> HardwareFile:
@@ -131,6 +149,21 @@ class HardwareFile(_Strict):
             if problem:
                 raise ValueError(problem)
         return self
+
+
+# The blocks whose values are calibration or modelling choices (each needs a provenance entry);
+# compute, memory, scale_up, scale_out, power and price are datasheet figures with a source.
+CALIBRATION_BLOCKS = ("efficiency", "kernels", "gemm_classes", "attention_classes")
+
+
+@functools.cache
+def calibration_paths() -> frozenset[str]:
+    """Every key path a profile's provenance may name."""
+    specs: tuple[type[BaseModel], ...] = (
+        EfficiencySpec, KernelSpec, GemmClassesSpec, AttentionClassesSpec
+    )
+    pairs = zip(CALIBRATION_BLOCKS, specs, strict=True)
+    return frozenset().union(*(schema_paths(spec, f"{block}.") for block, spec in pairs))
 
 
 @dataclass(frozen=True, slots=True)
