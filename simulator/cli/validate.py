@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
+from simulator.cli.validate_measured import measured_options
 from simulator.units import table
 
 
 @click.command()
+@measured_options  # --measurements FILE...: score measured runs (validate_measured.py)
 @click.option(
     "--subset", default=None, help="Only rows of this subset (e.g. trtllm-perf-overview)."
 )
@@ -48,10 +51,6 @@ def validate(
     from simulator.validation.rows import load_rows
     from simulator.validation.runner import (
         REPORT,
-        TARGET_MEDIAN,
-        TARGET_P90,
-        band_text,
-        fmt_value,
         report_markdown,
         run_validation,
         write_baseline,
@@ -77,7 +76,37 @@ def validate(
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
-    rows = [
+    _echo_text(result, ablated)
+
+
+def _echo_text(result: dict[str, Any], ablated: dict[str, Any] | None) -> None:
+    """Print the result as text: the rows, the per-measure and per-group error stats, band
+    coverage, the ablation table when run, the config ranking and the pending rows."""
+    from simulator.validation.runner import REPORT, TARGET_MEDIAN, TARGET_P90
+
+    click.echo(table(["row", "measured", "predicted", "error", "band"], _row_cells(result)))
+    click.echo("")
+    target = f"target (median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%})"
+    click.echo(table(["measures", "rows", "median |err|", "p90 |err|", target],
+                     _measure_cells(result)))
+    click.echo("")
+    click.echo(table(["group", "rows", "median |err|", "p90 |err|"], _group_cells(result)))
+    if result["band_coverage"] is not None:
+        click.echo(f"\nband covers the measurement on {result['band_coverage']:.0%} of rows")
+    if ablated is not None:
+        from simulator.validation.ablation import ablation_markdown
+
+        click.echo("")
+        click.echo("\n".join(ablation_markdown(ablated)[4:]))  # the table, without its preamble
+    click.echo(_ranking_line(result))
+    click.echo(f"{len(result['pending'])} rows pending (listed in {REPORT.name} and --json)")
+
+
+def _row_cells(result: dict[str, Any]) -> list[list[str]]:
+    """One table row per validation row: id, measured, predicted, signed error, band."""
+    from simulator.validation.runner import band_text, fmt_value
+
+    return [
         [
             r["id"],
             fmt_value(r["measured"], r["unit"]),
@@ -87,8 +116,13 @@ def validate(
         ]
         for r in result["rows"]
     ]
-    click.echo(table(["row", "measured", "predicted", "error", "band"], rows))
-    per_metric = [
+
+
+def _measure_cells(result: dict[str, Any]) -> list[list[str]]:
+    """One table row per measured metric: its error stats and whether they meet the target."""
+    from simulator.validation.runner import TARGET_MEDIAN, TARGET_P90
+
+    return [
         [
             g,
             str(st["rows"]),
@@ -100,31 +134,28 @@ def validate(
         ]
         for g, st in result["groups"].get("measures", {}).items()
     ]
-    click.echo("")
-    target = f"target (median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%})"
-    click.echo(table(["measures", "rows", "median |err|", "p90 |err|", target], per_metric))
-    stats = [
+
+
+def _group_cells(result: dict[str, Any]) -> list[list[str]]:
+    """One table row per value of each grouping (GPU, weight format, model family, ...) but
+    the measured metric, which has its own table: the value's error stats."""
+    return [
         [f"{g}={v}", str(st["rows"]), f"{st['median_abs_error']:.1%}", f"{st['p90_abs_error']:.1%}"]
         for g, groups in result["groups"].items()
         if g != "measures"
         for v, st in groups.items()
     ]
-    click.echo("")
-    click.echo(table(["group", "rows", "median |err|", "p90 |err|"], stats))
-    if result["band_coverage"] is not None:
-        click.echo(f"\nband covers the measurement on {result['band_coverage']:.0%} of rows")
-    if ablated is not None:
-        from simulator.validation.ablation import ablation_markdown
 
-        click.echo("")
-        click.echo("\n".join(ablation_markdown(ablated)[4:]))  # the table, without its preamble
+
+def _ranking_line(result: dict[str, Any]) -> str:
+    """How many config pairs the predictions rank in the measured order, and how close the
+    measurements of the discordant ones were."""
     from simulator.validation.ranking import RankedPair
 
     pairs = [RankedPair(**p) for p in result["ranking"]]
     bad = [p for p in pairs if not p.concordant]
     widest = max((p.measured_gap for p in bad), default=0.0)
-    click.echo(
+    return (
         f"config ranking: {len(pairs) - len(bad)} of {len(pairs)} pairs in order"
         + (f" (the discordant ones measured at most {widest:.1%} apart)" if bad else "")
     )
-    click.echo(f"{len(result['pending'])} rows pending (listed in {REPORT.name} and --json)")

@@ -1,0 +1,149 @@
+"""`frontier validate --measurements FILE...`: score the simulator against measured runs
+(silicon calibration CSV, vllm bench serve JSON, aiperf export, sglang bench_serving JSONL).
+
+The options are added to `frontier validate` by the `measured_options` decorator, which runs
+this path when measurement files are given and leaves the command unchanged otherwise."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from simulator.units import table
+
+_READ_ONLY = ("subset", "write_report", "ablation", "update_baseline")
+
+
+def measured_options(f: Callable[..., None]) -> Callable[..., None]:
+    """Add the --measurements options to a click callback; with files given, score them."""
+
+    @functools.wraps(f)
+    def wrapper(**kwargs: Any) -> None:
+        mine = {k: kwargs.pop(k) for k in _PARAMS}
+        files = [*mine.pop("measurements"), *mine.pop("more_files")]
+        if not files:
+            return f(**kwargs)
+        clash = [k for k in _READ_ONLY if kwargs.get(k)]
+        if clash:
+            name = "--" + clash[0].replace("_", "-")
+            raise click.UsageError(f"{name} applies to the published rows, not --measurements")
+        return run_measured([Path(p) for p in files], as_json=kwargs["as_json"], **mine)
+
+    options = [
+        click.argument("more_files", nargs=-1, type=click.Path(dir_okay=False)),
+        click.option("--measurements", multiple=True, type=click.Path(dir_okay=False),
+                     help="Score against these measured runs (silicon CSV, vllm bench serve "
+                     "JSON, aiperf profile_export_aiperf.json, sglang JSONL); more files may "
+                     "follow as arguments."),
+        click.option("--format", "fmt", type=click.Choice(["silicon", "vllm", "aiperf",
+                                                           "sglang"]), default=None,
+                     help="The files' format (default: told from extension and keys)."),
+        click.option("--scenario", "scenario", type=click.Path(dir_okay=False), default=None,
+                     help="Scenario YAML giving model, hardware and deployment for files "
+                     "that do not record them (vllm, aiperf, sglang)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override a scenario key of every run (after mapping)."),
+        click.option("--method", type=click.Choice(["simulate", "estimate"]),
+                     default="simulate", show_default=True,
+                     help="Simulate each run, or use the closed-form estimate (much faster)."),
+        click.option("--limit", type=click.IntRange(min=1), default=None,
+                     help="Score only the first N runs."),
+        click.option("--sample", type=click.IntRange(min=1), default=None,
+                     help="Score N runs drawn at random (with --seed)."),
+        click.option("--seed", type=int, default=0, show_default=True,
+                     help="Seed of --sample."),
+        click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Score in this many processes."),
+    ]
+    out: Callable[..., None] = wrapper
+    for option in reversed(options):  # the first listed shows first in --help
+        out = option(out)
+    return out
+
+
+_PARAMS = ("measurements", "more_files", "fmt", "scenario", "sets", "method", "limit",
+           "sample", "seed", "workers")
+
+
+def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario: str | None,
+                 sets: tuple[str, ...], method: str, limit: int | None, sample: int | None,
+                 seed: int, workers: int) -> None:
+    """Read every file (failing before any scoring), map, score, then print once."""
+    from simulator.inputs.yamlfile import load_yaml_mapping
+    from simulator.measured.detect import read_measurements
+    from simulator.measured.scenario import map_run
+    from simulator.measured.scoring import StderrProgress, score_all, summarise
+
+    if limit is not None and sample is not None:
+        raise click.UsageError("give --limit or --sample, not both")
+    runs = read_measurements(files, fmt)
+    base = None
+    if scenario is not None:
+        base = load_yaml_mapping(Path(scenario), "scenario", "keys (model, hardware, ...)")
+    if limit is not None:
+        runs = runs[:limit]
+    elif sample is not None and sample < len(runs):
+        keep = sorted(random.Random(seed).sample(range(len(runs)), sample))
+        runs = [runs[i] for i in keep]
+    start = time.perf_counter()
+    mapped = [map_run(r, base, sets) for r in runs]
+    _check_user_scenarios(mapped)
+    records = score_all(mapped, method, workers, StderrProgress())
+    result = {"method": method, "files": [str(f) for f in files],
+              "seconds": time.perf_counter() - start, **summarise(records), "runs": records}
+    if as_json:
+        click.echo(json.dumps(result, indent=2, allow_nan=False))
+        return
+    click.echo(measured_text(result))
+
+
+def _check_user_scenarios(mapped: list[Any]) -> None:
+    """Runs whose deployment the user gave (--scenario, --set): a scenario that does not
+    validate is the user's error, one line and exit 2, not a refused run. The schema is
+    checked for each; the engine (layout, memory) is built once, for the first."""
+    from simulator.api import load_scenario
+    from simulator.errors import InputError
+    from simulator.inputs.scenario import load_scenario_file
+
+    given = [m for m in mapped if not m.run.pools and m.scenario is not None]
+    for m in given:
+        load_scenario_file(m.scenario)
+    if given:
+        try:
+            load_scenario(given[0].scenario)
+        except ValueError as exc:
+            raise InputError(f"{given[0].run.where}: the scenario given for it cannot run: "
+                             f"{exc}") from None
+
+
+def measured_text(result: dict[str, Any]) -> str:
+    """Per group and metric: runs, refused, n, median and p90 |error|, median signed error;
+    then the refusals by reason and the declared defaults with their counts."""
+    rows = []
+    blocks = [*result["groups"].items(), ("overall", result["overall"])]
+    for name, block in blocks:
+        head = [name, str(block["runs"]), str(block["simulated"]), str(block["refused"])]
+        if not block["metrics"]:
+            rows.append([*head, "-", "", "", "", ""])
+        for i, (metric, st) in enumerate(block["metrics"].items()):
+            lead = head if i == 0 else ["", "", "", ""]
+            rows.append([*lead, metric, str(st["n"]), f"{st['median_abs_error']:.1%}",
+                         f"{st['p90_abs_error']:.1%}", f"{st['median_signed_error']:+.1%}"])
+    lines = [table(["group (GPU engine mode)", "runs", "simulated", "refused", "metric", "n",
+                    "median |err|", "p90 |err|", "median err"], rows)]
+    if result["refused"]:
+        lines += ["", table(["refused because", "runs"],
+                            [[k, str(v)] for k, v in result["refused"].items()])]
+    if result["defaults"]:
+        lines += ["", table(["declared default (not recorded in the file)", "runs"],
+                            [[k, str(v)] for k, v in result["defaults"].items()])]
+    lines.append(f"\n{result['method']}: {result['overall']['runs']} runs in "
+                 f"{result['seconds']:.1f} s; --json lists every run's predicted vs measured")
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""Predict one mapped run with the simulator or the closed-form estimate, and compare each
+measured figure with its prediction (signed error: predicted / measured - 1).
+
+Warm-up: the benchmark sent `warmup_requests` first and left them out of its figures. The
+scenario simulates them too, in the same closed loop (so the measured requests meet a warm,
+full engine, as the real ones did), and the figures are summarised over the requests issued
+after them: requests warmup_requests.. in issue order. The estimate is a steady state and
+has no warm-up to drop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from simulator.measured.scenario import Mapped, Unsupported
+
+# Exception class names (not imported: the cost model stays out of this module's imports)
+# that mean "the simulator cannot run this setup", not "the input is wrong".
+_REFUSAL_CATEGORY = {
+    "MemoryFitError": "does not fit in memory",
+    "LayoutError": "layout refused",
+    "ModelError": "model refused",
+    "InputError": "layout refused by the schema",
+}
+
+
+def score(item: tuple[Mapped, str]) -> dict[str, Any]:
+    """The JSON-able record of one run: provenance, group, declared defaults, and either its
+    measured, predicted and error figures or why it was refused."""
+    mapped, method = item
+    run = mapped.run
+    out: dict[str, Any] = {
+        "id": run.run_id, "source": run.source, "row": run.row, "format": run.format,
+        "gpu": mapped.group[0], "engine": mapped.group[1], "mode": mapped.group[2],
+        "engine_version": run.engine_version, "model": run.model,
+        "defaults": list(mapped.defaults), "measured": dict(run.measured),
+    }
+    start = time.perf_counter()
+    try:
+        if mapped.refused is not None:
+            raise mapped.refused
+        predicted, notes = _predict(mapped, method)
+    except Unsupported as exc:
+        return {**out, "status": "refused", "reason": exc.category, "detail": exc.detail}
+    except ValueError as exc:  # InputError and the model/layout/memory errors subclass it
+        category = _REFUSAL_CATEGORY.get(type(exc).__name__, "refused")
+        return {**out, "status": "refused", "reason": category,
+                "detail": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    except RuntimeError as exc:  # the engine gave up (e.g. stalled): listed, never dropped
+        return {**out, "status": "refused", "reason": "simulation failed",
+                "detail": str(exc).splitlines()[0]}
+    errors = {k: predicted[k] / v - 1.0 for k, v in run.measured.items() if k in predicted}
+    return {**out, "status": "scored", "predicted": predicted, "errors": errors,
+            "notes": notes, "seconds": time.perf_counter() - start}
+
+
+def _predict(mapped: Mapped, method: str) -> tuple[dict[str, float], list[str]]:
+    import simulator
+
+    assert mapped.scenario is not None
+    loaded = simulator.load_scenario(mapped.scenario)
+    if method == "estimate":
+        est = simulator.estimate(loaded)
+        ms = 1e3
+        notes = [] if est.stable else [f"estimate: load above capacity ({est.limit})"]
+        return {
+            "ttft.mean": est.ttft_mean_s * ms, "ttft.p99": est.ttft_p99_s * ms,
+            # The fluid estimate gives TPOT's median; with every request alike it is the mean.
+            "tpot.mean": est.tpot_p50_s * ms, "tpot.p50": est.tpot_p50_s * ms,
+            "tpot.p99": est.tpot_p99_s * ms,
+            "output_tokens_per_s": est.output_tokens_per_s, "requests_per_s": est.rate_per_s,
+        }, notes
+    result = simulator.simulate(loaded)
+    return _window(mapped, loaded, result)
+
+
+def _window(mapped: Mapped, loaded: Any, result: Any) -> tuple[dict[str, float], list[str]]:
+    """The simulated figures over the measured requests (warm-up left out)."""
+    from simulator.metrics.summary import summarize
+
+    warmup = mapped.run.load.warmup_requests
+    notes = list(result.warnings)
+    summary = result.summary
+    if warmup:
+        records = result.requests[warmup:]
+        empty = np.empty(0)
+        front_end = loaded.engine.style.front_end if loaded.engine is not None else None
+        summary = summarize(records, empty, empty, result.summary["num_gpus"], None, front_end)
+    out: dict[str, float] = {}
+    for quantity, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s"),
+                          ("itl", "itl_s")):
+        stats = summary.get(key) or {}
+        for stat in ("mean", "p50", "p90", "p99"):
+            if stats.get(stat) is not None:
+                out[f"{quantity}.{stat}"] = float(stats[stat]) * 1e3
+    out["output_tokens_per_s"] = float(summary["output_tokens_per_s"])
+    out["requests_per_s"] = float(summary["requests_per_s"])
+    if summary["requests_dropped"]:
+        notes.append(f"{summary['requests_dropped']} requests dropped")
+    return out, notes

@@ -1,0 +1,242 @@
+"""A MeasuredRun as a frontier scenario dict, with the choices the file did not record made
+as declared defaults (listed with every run's result), or the reason it cannot be expressed.
+
+Silicon rows carry their whole setup; the benchmark clients' files carry only the load and
+the metrics, so their deployment is the base scenario given alongside (`--scenario`, `--set`)
+with the run's workload in place of the base's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from simulator.errors import InputError
+from simulator.inputs.scenario import apply_overrides
+from simulator.measured.run import Load, MeasuredRun, Pool
+
+# Named by the reference README as models and GPUs the simulator does not ship yet: rows of
+# them are counted as unsupported; any other unknown name is a misspelling, an input error.
+NOT_SHIPPED_MODELS = frozenset({"kimi-k2.5", "minimax-m2.5", "qwen3.5-397b-a17b", "glm-5"})
+NOT_SHIPPED_GPUS = frozenset({"b300", "gb300"})
+ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+DEFAULT_TOKEN_BUDGET = 8192  # max_num_batched_tokens where not recorded (vLLM/TRT-LLM 8192)
+KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
+
+
+class Unsupported(Exception):
+    """A run the simulator cannot express: `category` groups the count, the text says why."""
+
+    def __init__(self, category: str, detail: str) -> None:
+        super().__init__(category, detail)
+        self.category, self.detail = category, detail
+
+
+@dataclass(frozen=True, slots=True)
+class Mapped:
+    """A run and its scenario (None when refused), the declared defaults it took, its group."""
+
+    run: MeasuredRun
+    scenario: dict[str, Any] | None
+    defaults: tuple[str, ...]
+    group: tuple[str, str, str]  # (GPU, engine, mode)
+    refused: Unsupported | None = None
+
+
+@cache
+def shipped_models() -> frozenset[str]:
+    from simulator.model.load import catalog_names
+
+    return frozenset(catalog_names())
+
+
+@cache
+def domain_size(gpu: str) -> int:
+    """GPUs of one NVLink domain of this profile: the machine's `gpus_per_node`."""
+    from simulator.hardware.profile import load_hardware
+
+    return min(72, load_hardware(gpu).scale_up_domain_size)
+
+
+@cache
+def shipped_gpus() -> frozenset[str]:
+    from simulator.hardware.profile import profile_paths
+
+    return frozenset(profile_paths())
+
+
+def map_run(
+    run: MeasuredRun, base: Mapping[str, Any] | None, overrides: Sequence[str] = ()
+) -> Mapped:
+    """The run's scenario (overrides applied last) or its refusal; InputError for a user
+    error (an unknown name, no base scenario for a file that needs one)."""
+    defaults: list[str] = []
+    try:
+        if run.pools:
+            scenario = _silicon_scenario(run, defaults)
+        else:
+            if base is None:
+                raise InputError(
+                    f"{run.where}: a {run.format} result does not record the deployment "
+                    f"(model, GPU, layout); give --scenario FILE and/or --set key=value"
+                )
+            scenario = {**dict(base), "workload": _workload(run, run.load, defaults)}
+            scenario.setdefault("name", run.run_id)
+        scenario = apply_overrides(scenario, list(overrides))
+    except Unsupported as exc:
+        return Mapped(run, None, tuple(defaults), _run_group(run), exc)
+    return Mapped(run, scenario, tuple(defaults), _group(scenario), None)
+
+
+def _run_group(run: MeasuredRun) -> tuple[str, str, str]:
+    mode = {"agg": "aggregated", "disagg": "disaggregated"}.get(run.mode or "", "?")
+    return (run.gpu or "?", run.engine or "?", mode)
+
+
+def _group(s: Mapping[str, Any]) -> tuple[str, str, str]:
+    dep = s.get("deployment") or {}
+    kind = dep.get("kind", "aggregated") if isinstance(dep, Mapping) else "?"
+    pool = dep.get("decode", {}) if kind == "disaggregated" else dep
+    engine = pool.get("engine", "vllm") if isinstance(pool, Mapping) else "?"
+    hw = s.get("hardware") or {}
+    return (str(hw.get("gpu", "?")) if isinstance(hw, Mapping) else "?", str(engine), str(kind))
+
+
+def _silicon_scenario(run: MeasuredRun, defaults: list[str]) -> dict[str, Any]:
+    assert run.model is not None and run.gpu is not None and run.engine is not None
+    _check_names(run)
+    precision = _precision(run, defaults)
+    conc = run.load.concurrency or 1
+    pools = [
+        _pool(p, run.engine, precision, conc, defaults, label)
+        for p, label in zip(run.pools, ("prefill ", "decode ") if run.mode == "disagg" else ("",),
+                            strict=True)
+    ]
+    if run.mode == "disagg":
+        deployment: dict[str, Any] = {"kind": "disaggregated", "prefill": pools[0],
+                                      "decode": pools[1]}
+        _declare(defaults, "disagg KV transfer: the profile's default link (not recorded)")
+    else:
+        deployment = {"kind": "aggregated", **pools[0]}
+    gpus = sum(p.gpus_per_worker * (p.workers or 1) for p in run.pools)
+    per_node = domain_size(run.gpu)
+    return {
+        "name": run.run_id,
+        "model": run.model,
+        "hardware": {"gpu": run.gpu, "gpus_per_node": per_node,
+                     "nodes": max(1, math.ceil(gpus / per_node))},
+        "deployment": deployment,
+        "workload": _workload(run, run.load, defaults),
+    }
+
+
+def _check_names(run: MeasuredRun) -> None:
+    assert run.model is not None and run.gpu is not None
+    if run.model not in shipped_models():
+        if run.model in NOT_SHIPPED_MODELS:
+            raise Unsupported(f"model not shipped: {run.model}", f"model {run.model!r} is not "
+                              "in the catalog")
+        raise InputError(f"{run.where}: model: {run.model!r} is not a known model (valid: "
+                         f"{', '.join(sorted(shipped_models() | NOT_SHIPPED_MODELS))})")
+    if run.gpu not in shipped_gpus():
+        if run.gpu in NOT_SHIPPED_GPUS:
+            raise Unsupported(f"GPU not shipped: {run.gpu}", f"no hardware profile {run.gpu!r}")
+        raise InputError(f"{run.where}: gpu: {run.gpu!r} is not a known GPU (valid: "
+                         f"{', '.join(sorted(shipped_gpus() | NOT_SHIPPED_GPUS))})")
+    if run.engine not in ENGINE_STYLES:
+        raise InputError(f"{run.where}: backend: {run.engine!r} is not one of "
+                         f"{', '.join(ENGINE_STYLES)}")
+
+
+def _precision(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
+    """Weights and activations from the quant modes; the KV cache format is not recorded."""
+    formats = {_format(run, q) for q in (run.gemm_quant or "", run.moe_quant or "")}
+    if len(formats) != 1:
+        raise Unsupported("mixed weight formats", f"gemm {run.gemm_quant!r} and moe "
+                          f"{run.moe_quant!r} map to different formats {sorted(formats)}")
+    weights, activations = formats.pop()
+    _declare(defaults, f"kv_cache {KV_CACHE_DEFAULT} (KV-cache format not recorded)")
+    if weights == "mxfp4":
+        _declare(defaults, "gpt-oss nvfp4 rows: its MXFP4 checkpoint with BF16 activations")
+    return {"weights": weights, "activations": activations, "kv_cache": KV_CACHE_DEFAULT}
+
+
+def _format(run: MeasuredRun, quant: str) -> tuple[str, str]:
+    if quant in ("", "bf16"):
+        return ("bf16", "bf16")
+    if quant in ("fp8", "fp8_block"):  # frontier's fp8 is 128x128 block-scaled already
+        return ("fp8", "fp8")
+    if quant == "int4_wo":
+        return ("int4", "bf16")
+    if (run.model or "").startswith("gpt-oss"):
+        return ("mxfp4", "bf16")
+    return ("nvfp4", "nvfp4")
+
+
+def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: list[str],
+          label: str) -> dict[str, Any]:
+    dp = p.attention_data_parallel or 1
+    if p.attention_data_parallel is None:
+        _declare(defaults, "attention_dp_size not recorded: 1")
+    if p.workers is None and label:
+        _declare(defaults, "disagg num_workers not recorded: 1 prefill and 1 decode worker")
+    workers = p.workers or 1
+    seqs = p.max_batch
+    if seqs is None:
+        seqs = max(1, math.ceil(conc / (workers * dp)))
+        _declare(defaults, "batch size not recorded: max_num_seqs = concurrency per "
+                           "attention-DP rank")
+    _declare(defaults, f"max_num_batched_tokens max({DEFAULT_TOKEN_BUDGET}, max_num_seqs) "
+                       "(not recorded)")
+    return {
+        "replicas": workers,
+        "tensor_parallel": p.tensor_parallel,
+        "pipeline_parallel": p.pipeline_parallel,
+        "attention_data_parallel": dp,
+        "expert_parallel": p.expert_parallel or 1,
+        "precision": dict(precision),
+        "engine": ENGINE_STYLES[engine],
+        "scheduler": {"max_num_seqs": seqs,
+                      "max_num_batched_tokens": max(DEFAULT_TOKEN_BUDGET, seqs)},
+    }
+
+
+def _workload(run: MeasuredRun, load: Load, defaults: list[str]) -> dict[str, Any]:
+    """The run's load as a scenario workload, warm-up requests included (scored apart)."""
+    rate = load.rate_per_s
+    if load.concurrency is not None and (rate is None or math.isinf(rate)):
+        arrival: dict[str, Any] = {"kind": "closed_loop", "concurrency": load.concurrency}
+    elif load.concurrency is not None:
+        raise Unsupported("rate capped by max_concurrency", f"request rate {rate}/s with at "
+                          f"most {load.concurrency} in flight: no arrival kind expresses both")
+    elif rate is None or math.isinf(rate):
+        arrival = {"kind": "offline"}
+    elif load.burstiness == 1.0:
+        arrival = {"kind": "poisson", "rate_per_s": rate}
+    else:
+        arrival = {"kind": "gamma", "rate_per_s": rate, "cv": 1 / math.sqrt(load.burstiness)}
+    return {
+        "arrival": arrival,
+        "input_tokens": _lengths(load.input_tokens, load.input_lengths, "input", defaults),
+        "output_tokens": _lengths(load.output_tokens, load.output_lengths, "output", defaults),
+        "num_requests": load.num_requests + load.warmup_requests,
+        "seed": 0,
+    }
+
+
+def _lengths(mean: float, values: tuple[int, ...] | None, what: str,
+             defaults: list[str]) -> dict[str, Any]:
+    if values is not None:
+        _declare(defaults, f"{what} lengths resampled from the recorded per-request lengths")
+        return {"kind": "empirical", "values": list(values)}
+    if mean != round(mean):
+        _declare(defaults, f"{what} lengths fixed at the recorded mean, rounded")
+    return {"kind": "fixed", "value": max(1, round(mean))}
+
+
+def _declare(defaults: list[str], text: str) -> None:
+    if text not in defaults:
+        defaults.append(text)

@@ -1,0 +1,102 @@
+"""Score many mapped runs (in worker processes when asked) and summarise the errors per
+(GPU, engine, mode) group and overall: runs simulated and refused, and per metric the median
+and p90 of |error| and the median signed error."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from simulator.measured.predict import score
+from simulator.measured.scenario import Mapped
+
+Progress = Callable[[int, int, int], None]  # (done, total, refused)
+
+
+class StderrProgress:
+    """A progress line on stderr: rewritten in place on a terminal at most every half
+    second, otherwise one line per tenth of the runs, and always at the end."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int, refused: int) -> None:
+        now = time.monotonic()
+        step = max(1, total // 10)
+        if done != total and (now - self.last < 0.5 if self.tty else done % step):
+            return
+        self.last = now
+        text = f"scored {done}/{total} runs ({refused} refused)"
+        if self.tty:
+            print(f"\r{text}", end="\n" if done == total else "", file=sys.stderr, flush=True)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
+              progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Each run's record, in input order; `workers` > 1 spreads them over processes."""
+    items = [(m, method) for m in mapped]
+    out: list[dict[str, Any]] = []
+    refused = 0
+    results: Iterable[dict[str, Any]]
+    pool = ProcessPoolExecutor(workers) if workers > 1 and len(items) > 1 else None
+    try:
+        results = pool.map(score, items, chunksize=4) if pool is not None else map(score, items)
+        for rec in results:
+            out.append(rec)
+            refused += rec["status"] == "refused"
+            if progress is not None:
+                progress(len(out), len(items), refused)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return out
+
+
+def error_stats(errors: Sequence[float]) -> dict[str, float]:
+    """n, median and p90 of |error| (nearest rank), and the median signed error."""
+    a = sorted(abs(e) for e in errors)
+    p90 = a[min(len(a) - 1, round(0.9 * (len(a) - 1)))]
+    return {"n": len(a), "median_abs_error": statistics.median(a), "p90_abs_error": p90,
+            "median_signed_error": statistics.median(errors)}
+
+
+def _block(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    scored = [r for r in records if r["status"] == "scored"]
+    metrics: dict[str, list[float]] = {}
+    for r in scored:
+        for k, e in r["errors"].items():
+            metrics.setdefault(k, []).append(e)
+    return {
+        "runs": len(records),
+        "simulated": len(scored),
+        "refused": len(records) - len(scored),
+        "metrics": {k: error_stats(v) for k, v in sorted(metrics.items(), key=_metric_order)},
+    }
+
+
+def _metric_order(item: tuple[str, Any]) -> tuple[int, str]:
+    head = item[0].split(".")[0]
+    order = ("ttft", "tpot", "itl", "e2e")
+    return (order.index(head) if head in order else len(order), item[0])
+
+
+def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Groups (GPU, engine, mode), overall, refusals by reason, and declared defaults."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(f"{r['gpu']} {r['engine']} {r['mode']}", []).append(r)
+    return {
+        "groups": {g: _block(rs) for g, rs in sorted(groups.items())},
+        "overall": _block(records),
+        "refused": dict(Counter(r["reason"] for r in records
+                                if r["status"] == "refused").most_common()),
+        "defaults": dict(Counter(d for r in records for d in r["defaults"]).most_common()),
+    }

@@ -1,0 +1,304 @@
+"""Measured runs in: each file format read into MeasuredRuns, the mapping of silicon rows to
+the exact deployment they become, refusals listed by reason, every bad input one line and
+exit status 2, and a small end-to-end scoring with the closed-form estimate."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from simulator.cli.app import main
+from simulator.measured.detect import detect_format, read_measurements
+from simulator.measured.scenario import map_run
+
+SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
+COLUMNS = [
+    "id", "backend", "backend_version", "model", "gpu", "precision", "gemm_quant_mode",
+    "moe_quant_mode", "mode", "isl", "osl", "concurrency", "batch_size", "tp_size", "pp_size",
+    "attention_dp_size", "moe_tp_size", "moe_ep_size", "prefill_batch_size",
+    "decode_batch_size", *(f"{side}_{f}" for side in ("prefill", "decode") for f in (
+        "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size",
+        "num_workers")), "ttft_ms", "tpot_ms",
+]
+AGG_DP8 = {  # DeepSeek-R1 FP4 on B200: attention DP 8, experts EP 8
+    "id": "dp8", "backend": "sglang", "backend_version": "0.5.9", "model": "deepseek-r1",
+    "gpu": "b200", "precision": "fp4", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4",
+    "mode": "agg", "isl": "1024", "osl": "1024", "concurrency": "64", "batch_size": "8",
+    "tp_size": "1", "pp_size": "1", "attention_dp_size": "8", "moe_tp_size": "1",
+    "moe_ep_size": "8", "ttft_ms": "300", "tpot_ms": "12",
+}
+DISAGG = {  # 2 prefill workers of TP4, 1 decode worker of TP8, Llama-3.1-70B FP8 on H200
+    "id": "pd", "backend": "trtllm", "backend_version": "1.2.0", "model": "llama-3.1-70b",
+    "gpu": "h200-sxm", "precision": "fp8", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8",
+    "mode": "disagg", "isl": "8192", "osl": "1024", "concurrency": "16",
+    "prefill_tp_size": "4", "prefill_pp_size": "1", "prefill_attention_dp_size": "1",
+    "prefill_moe_tp_size": "1", "prefill_moe_ep_size": "1", "prefill_num_workers": "2",
+    "decode_tp_size": "8", "decode_pp_size": "1", "decode_attention_dp_size": "1",
+    "decode_moe_tp_size": "1", "decode_moe_ep_size": "1", "decode_num_workers": "1",
+    "ttft_ms": "900", "tpot_ms": "20",
+}
+DENSE = {**AGG_DP8, "id": "dense", "model": "llama-3.1-8b", "gpu": "h100-sxm",
+         "backend": "vllm", "precision": "", "gemm_quant_mode": "", "moe_quant_mode": "",
+         "concurrency": "4", "batch_size": "4", "tp_size": "1", "attention_dp_size": "",
+         "moe_tp_size": "1", "moe_ep_size": "1", "ttft_ms": "40", "tpot_ms": "8"}
+
+
+def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, COLUMNS, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def frontier(argv: tuple[str, ...]) -> None:
+    """`frontier validate ARGV` through the entry point that turns user errors into one
+    line and exit status 2, for click's CliRunner."""
+    main(["validate", *argv])
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(frontier, list(args))
+
+
+def one_line_exit_2(result: Any, *needles: str) -> None:
+    """Exit status 2 and exactly one line of output, naming each needle."""
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    progress = [ln for ln in lines if ln.startswith("scored ")]
+    assert len(lines) - len(progress) == 1, result.output
+    for needle in needles:
+        assert needle in result.output, result.output
+
+
+# ------------------------------------------------------------------------------ mapping
+
+
+def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
+    [run] = read_measurements([write_csv(tmp_path / "r.csv", [AGG_DP8])])
+    m = map_run(run, None)
+    assert m.refused is None and m.scenario is not None
+    dep = m.scenario["deployment"]
+    assert dep == {
+        "kind": "aggregated", "replicas": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
+        "attention_data_parallel": 8, "expert_parallel": 8,
+        "precision": {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "bf16"},
+        "engine": "sglang", "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8192},
+    }
+    assert m.scenario["hardware"] == {"gpu": "b200", "gpus_per_node": 8, "nodes": 1}
+    assert m.scenario["workload"] == {
+        "arrival": {"kind": "closed_loop", "concurrency": 64},
+        "input_tokens": {"kind": "fixed", "value": 1024},
+        "output_tokens": {"kind": "fixed", "value": 1024},
+        "num_requests": 21 * 64, "seed": 0,
+    }
+    assert run.load.warmup_requests == 64
+    assert any("kv_cache bf16" in d for d in m.defaults)
+    assert m.group == ("b200", "sglang", "aggregated")
+
+
+def test_disagg_row_two_prefill_tp4_one_decode_tp8(tmp_path: Path) -> None:
+    [run] = read_measurements([write_csv(tmp_path / "r.csv", [DISAGG])])
+    m = map_run(run, None)
+    assert m.scenario is not None
+    dep = m.scenario["deployment"]
+    assert dep["kind"] == "disaggregated"
+    assert (dep["prefill"]["replicas"], dep["prefill"]["tensor_parallel"]) == (2, 4)
+    assert (dep["decode"]["replicas"], dep["decode"]["tensor_parallel"]) == (1, 8)
+    assert dep["decode"]["precision"]["weights"] == "fp8"
+    # 2 x 4 + 8 = 16 GPUs on 8-GPU HGX nodes
+    assert m.scenario["hardware"] == {"gpu": "h200-sxm", "gpus_per_node": 8, "nodes": 2}
+    # batch size not recorded: every in-flight request may run
+    assert dep["decode"]["scheduler"]["max_num_seqs"] == 16
+    assert any("batch size not recorded" in d for d in m.defaults)
+
+
+def test_gpt_oss_nvfp4_is_mxfp4_and_empty_precision_is_bf16(tmp_path: Path) -> None:
+    gpt = {**DENSE, "model": "gpt-oss-120b", "precision": "fp4", "gemm_quant_mode": "nvfp4",
+           "moe_quant_mode": "nvfp4"}
+    runs = read_measurements([write_csv(tmp_path / "r.csv", [gpt, DENSE])])
+    p_gpt = map_run(runs[0], None).scenario["deployment"]["precision"]  # type: ignore[index]
+    p_bf16 = map_run(runs[1], None).scenario["deployment"]["precision"]  # type: ignore[index]
+    assert (p_gpt["weights"], p_gpt["activations"]) == ("mxfp4", "bf16")
+    assert (p_bf16["weights"], p_bf16["activations"]) == ("bf16", "bf16")
+
+
+def test_unshipped_model_and_gpu_are_refused_with_reasons(tmp_path: Path) -> None:
+    rows = [{**AGG_DP8, "model": "kimi-k2.5"}, {**AGG_DP8, "gpu": "b300"},
+            {**DENSE, "tp_size": "3"}]
+    result = invoke("--measurements", str(write_csv(tmp_path / "r.csv", rows)),
+                    "--method", "estimate", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output[result.output.index("{"):])
+    assert data["refused"] == {"model not shipped: kimi-k2.5": 1, "GPU not shipped: b300": 1,
+                               "layout refused": 1}
+    assert [r["status"] for r in data["runs"]] == ["refused"] * 3
+    assert "tensor_parallel 3" in data["runs"][2]["detail"]
+
+
+# ------------------------------------------------------------------------------ formats
+
+
+def test_vllm_json_with_scenario(tmp_path: Path) -> None:
+    data = {
+        "date": "20250101-000000", "backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B",
+        "num_prompts": 40, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": 4,
+        "duration": 10.0, "completed": 40, "total_input_tokens": 40 * 512,
+        "total_output_tokens": 40 * 64, "request_throughput": 4.0, "output_throughput": 256.0,
+        "mean_ttft_ms": 30.0, "median_ttft_ms": 29.0, "p99_ttft_ms": 50.0,
+        "mean_tpot_ms": 8.0, "median_tpot_ms": 8.0, "p99_tpot_ms": 9.0,
+        "mean_itl_ms": 8.0, "mean_e2el_ms": 540.0,
+    }
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps(data))
+    assert detect_format(path) == "vllm"
+    [run] = read_measurements([path])
+    assert run.load.concurrency == 4 and run.load.input_tokens == 512
+    assert run.measured["ttft.p50"] == 29.0 and run.measured["e2e.mean"] == 540.0
+    scen = tmp_path / "s.yaml"
+    scen.write_text("model: llama-3.1-8b\nhardware: {gpu: h100-sxm}\n"
+                    "deployment: {tensor_parallel: 1}\n"
+                    "workload: {arrival: {kind: offline}, input_tokens: {kind: fixed, value: 1},"
+                    " output_tokens: {kind: fixed, value: 1}}\n")
+    result = invoke("--measurements", str(path), "--scenario", str(scen), "--method",
+                    "estimate", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    [rec] = out["runs"]
+    assert rec["status"] == "scored" and rec["gpu"] == "h100-sxm"
+    assert {"ttft.mean", "tpot.mean", "ttft.p99"} <= set(rec["errors"])
+
+
+def test_vllm_json_without_scenario_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "vllm.json"
+    path.write_text(json.dumps({"num_prompts": 1, "completed": 1, "total_input_tokens": 5,
+                                "total_output_tokens": 5, "request_rate": 1.0,
+                                "max_concurrency": None, "mean_ttft_ms": 1.0,
+                                "mean_tpot_ms": 1.0, "mean_e2el_ms": 2.0}))
+    one_line_exit_2(invoke("--measurements", str(path)), "--scenario")
+
+
+def test_sglang_jsonl_and_aiperf(tmp_path: Path) -> None:
+    line = {"backend": "sglang", "request_rate": 2.0, "max_concurrency": None,
+            "completed": 100, "total_input_tokens": 100_000, "total_output_tokens": 20_000,
+            "mean_ttft_ms": 50.0, "mean_tpot_ms": 9.0, "mean_e2e_latency_ms": 1900.0,
+            "mean_itl_ms": 0.0}
+    sg = tmp_path / "sg.jsonl"
+    sg.write_text(json.dumps(line) + "\n" + json.dumps({**line, "request_rate": 4.0}) + "\n")
+    runs = read_measurements([sg])
+    assert [r.load.rate_per_s for r in runs] == [2.0, 4.0] and runs[1].row == 2
+    assert "itl.mean" not in runs[0].measured  # a 0 measured nothing
+    ai = tmp_path / "profile_export_aiperf.json"
+    ai.write_text(json.dumps({
+        "records": {
+            "time_to_first_token": {"unit": "ms", "avg": 120.0, "p99": 300.0},
+            "inter_token_latency": {"unit": "ms", "avg": 10.0, "p50": 9.5},
+            "input_sequence_length": {"unit": "tokens", "avg": 1024},
+            "output_sequence_length": {"unit": "tokens", "avg": 128},
+            "request_count": {"unit": "requests", "avg": 80},
+            "request_latency": {"unit": "s", "avg": 1.4},
+        },
+        "input_config": {"loadgen": {"concurrency": 4, "warmup_request_count": 4}},
+    }))
+    assert detect_format(ai) == "aiperf"
+    [run] = read_measurements([ai])
+    assert run.measured == {"ttft.mean": 120.0, "ttft.p99": 300.0, "tpot.mean": 10.0,
+                            "tpot.p50": 9.5, "e2e.mean": 1400.0}
+    assert (run.load.concurrency, run.load.warmup_requests, run.load.num_requests) == (4, 4, 80)
+
+
+def test_aiperf_missing_key_is_one_line(tmp_path: Path) -> None:
+    ai = tmp_path / "profile_export_aiperf.json"
+    ai.write_text(json.dumps({"records": {"time_to_first_token": {"avg": 1.0}}}))
+    one_line_exit_2(invoke("--measurements", str(ai)), "inter_token_latency")
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ({**DENSE, "gpu": "h100"}, "h100"),
+        ({**DENSE, "backend": "vlm"}, "backend"),
+        ({**DENSE, "ttft_ms": "nan"}, "ttft_ms"),
+        ({**DENSE, "tpot_ms": "-3"}, "tpot_ms"),
+        ({**AGG_DP8, "moe_ep_size": "4"}, "contradicts"),
+        ({**DENSE, "gemm_quant_mode": "fp8"}, "contradicts"),
+    ],
+)
+def test_bad_silicon_row_exits_2_with_one_line(
+    tmp_path: Path, row: dict[str, str], needle: str
+) -> None:
+    path = write_csv(tmp_path / "bad.csv", [DENSE, row])
+    result = invoke("--measurements", str(path), "--method", "estimate")
+    one_line_exit_2(result, needle, "row 2")
+    assert "group" not in result.output  # nothing half-written
+
+
+def test_truncated_and_malformed_files_exit_2(tmp_path: Path) -> None:
+    good = write_csv(tmp_path / "good.csv", [DENSE, DENSE]).read_text()
+    cut = tmp_path / "cut.csv"
+    cut.write_text(good[: good.rindex(",") - 3])
+    one_line_exit_2(invoke("--measurements", str(cut)), "row 2")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"completed": 3, "mean_ttft_ms": ')
+    one_line_exit_2(invoke("--measurements", str(broken)), "not valid JSON")
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    one_line_exit_2(invoke("--measurements", str(other)), "silicon")
+
+
+def test_entry_point_prints_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_csv(tmp_path / "bad.csv", [{**DENSE, "ttft_ms": "NaN"}])
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--measurements", str(path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "row 1: ttft_ms" in err
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+def test_end_to_end_estimate_scores_a_few_rows(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "r.csv", [DENSE, AGG_DP8, DISAGG, {**DENSE, "model": "glm-5"}])
+    result = invoke("--measurements", str(path), "--method", "estimate", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert out["overall"]["runs"] == 4 and out["overall"]["refused"] == 1
+    assert out["overall"]["simulated"] == 3
+    st = out["overall"]["metrics"]["ttft.mean"]
+    assert st["n"] == 3 and st["median_abs_error"] >= 0
+    assert set(out["groups"]) == {"h100-sxm vllm aggregated", "b200 sglang aggregated",
+                                  "h200-sxm trtllm disaggregated"}
+    for rec in out["runs"][:3]:
+        for k, e in rec["errors"].items():
+            assert e == pytest.approx(rec["predicted"][k] / rec["measured"][k] - 1)
+    text = invoke("--measurements", str(path), "--method", "estimate")
+    assert text.exit_code == 0 and "h200-sxm trtllm disaggregated" in text.output
+
+
+def test_simulate_scores_the_window_after_warmup(tmp_path: Path) -> None:
+    row = {**DENSE, "concurrency": "2", "batch_size": "2", "isl": "128", "osl": "16"}
+    path = write_csv(tmp_path / "r.csv", [row])
+    result = invoke("--measurements", str(path), "--json")
+    assert result.exit_code == 0, result.output
+    [rec] = json.loads(result.output[result.output.index("{"):])["runs"]
+    assert rec["status"] == "scored" and rec["predicted"]["tpot.mean"] > 0
+
+
+@pytest.mark.skipif(not SILICON.is_file(), reason="shared reference file not present")
+def test_shipped_silicon_file_reads_every_row() -> None:
+    runs = read_measurements([SILICON])
+    assert len(runs) == 3028
+    sample = [map_run(r, None) for r in runs[:200]]
+    assert all(m.scenario is not None or m.refused is not None for m in sample)
