@@ -91,15 +91,20 @@ def bad(where: str, key: str, value: Any, valid: str) -> InputError:
     return InputError(f"{where}: {key}: {shown} is not valid ({valid})")
 
 
-def number(where: str, key: str, value: Any, *, positive: bool = True) -> float:
-    """A finite number (> 0 when `positive`, else >= 0) from a file field, or one clear line."""
-    valid = "a finite number " + ("> 0" if positive else ">= 0")
+def _as_float(where: str, key: str, value: Any, valid: str) -> float:
+    """A file field read as a float (booleans and empty fields refused), or one clear line."""
     if isinstance(value, bool) or value is None:
         raise bad(where, key, value, valid)
     try:
-        x = float(value)
+        return float(value)
     except (TypeError, ValueError):
         raise bad(where, key, value, valid) from None
+
+
+def number(where: str, key: str, value: Any, *, positive: bool = True) -> float:
+    """A finite number (> 0 when `positive`, else >= 0) from a file field, or one clear line."""
+    valid = "a finite number " + ("> 0" if positive else ">= 0")
+    x = _as_float(where, key, value, valid)
     if not math.isfinite(x) or x < 0 or (positive and x == 0):
         raise bad(where, key, value, valid)
     return x
@@ -108,12 +113,7 @@ def number(where: str, key: str, value: Any, *, positive: bool = True) -> float:
 def integer(where: str, key: str, value: Any, *, minimum: int = 1) -> int:
     """A whole number >= `minimum` from a file field ('8', 8, 8.0), or one clear line."""
     valid = f"a whole number >= {minimum}"
-    if isinstance(value, bool) or value is None:
-        raise bad(where, key, value, valid)
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise bad(where, key, value, valid) from None
+    x = _as_float(where, key, value, valid)
     if not math.isfinite(x) or x != int(x) or x < minimum:
         raise bad(where, key, value, valid)
     return int(x)
