@@ -14,9 +14,11 @@ from scipy.optimize import least_squares
 
 from simulator.calibration.identify import (
     JACOBIAN_STEP,
+    SENSITIVITY_FLOOR,
     Identifiability,
     central_jacobian,
     identify,
+    identify_stacked,
 )
 from simulator.calibration.params import (
     FloatArray,
@@ -38,6 +40,9 @@ DIFF_STEP = JACOBIAN_STEP
 # Log error charged for a prediction that is not a finite positive number (the predictor could
 # not build that deployment at these values): e^10 off, so the fit steers away from it.
 BAD_LOG_ERROR = 10.0
+# Where a parameter moves nothing at its prior, the fit looks again with it 3x higher (ln 3 on
+# the log scale) and starts a second descent from there, keeping the better end.
+PROBE_STEP = math.log(3.0)
 
 
 def log_errors(predict: Predictor, values: Mapping[str, float], observations: ObservationSet,
@@ -152,6 +157,16 @@ def _bounds(params: Sequence[FreeParameter], free: Sequence[int]) -> tuple[Float
             np.array([hi for _, hi in pairs], dtype=np.float64))
 
 
+def _probe_point(jac0: FloatArray, bounds: tuple[FloatArray, FloatArray]) -> FloatArray:
+    """A second point for parameters that move nothing at the prior: each such one at
+    PROBE_STEP above it (within its bound). A step time max(gpu, host) is flat in the host
+    cost wherever the GPU is slower, so a host cost that is really larger than its prior
+    would otherwise never leave it."""
+    n_rows = max(jac0.shape[0], 1)
+    flat = ~(np.sqrt(np.sum(jac0**2, axis=0) / n_rows) >= SENSITIVITY_FLOOR)
+    return np.where(flat, np.minimum(PROBE_STEP, bounds[1]), 0.0)
+
+
 def _std_errors(jac: FloatArray, cost: float, n_rows: int) -> FloatArray:
     """Standard errors in the fitted variables: sqrt(diag(s^2 (J'J)^-1)), s^2 = 2 cost / dof,
     with the loss-weighted Jacobian scipy returns (its J'J approximates the cost's Hessian)."""
@@ -173,19 +188,28 @@ def fit(params: Sequence[FreeParameter], observations: ObservationSet, predict: 
     at_prior = priors(params)
     everything = counted.residual(range(len(params)), at_prior)
     before = everything(np.zeros(len(params)))
-    jac0 = central_jacobian(everything, np.zeros(len(params)),
-                            _bounds(params, range(len(params))), step)
-    ident = identify(jac0, [p.name for p in params])
+    bounds = _bounds(params, range(len(params)))
+    jac0 = central_jacobian(everything, np.zeros(len(params)), bounds, step)
+    probe = _probe_point(jac0, bounds)
+    if probe.any():  # a flat column at the prior may be a kink (max(gpu, host)): look beyond
+        jac_probe = central_jacobian(everything, probe, bounds, step)
+        ident = identify_stacked(jac0, jac_probe, [p.name for p in params])
+    else:
+        ident = identify(jac0, [p.name for p in params])
     free = [j for j, ok in enumerate(ident.identified) if ok]
     x_err = np.full(len(params), np.nan)
     converged, message, values, after = True, "nothing identified: all at priors", at_prior, before
     if free:
         residual = counted.residual(free, at_prior)
-        result = least_squares(
-            residual, np.zeros(len(free)), jac="2-point", bounds=_bounds(params, free),
+        starts = [np.zeros(len(free))]
+        if probe[free].any():
+            starts.append(probe[free])
+        runs = [least_squares(
+            residual, x0, jac="2-point", bounds=_bounds(params, free),
             method="trf", loss="soft_l1", f_scale=f_scale, diff_step=step,
             max_nfev=max_evaluations,
-        )
+        ) for x0 in starts]
+        result = min(runs, key=lambda r: float(r.cost))
         values = residual.values(np.asarray(result.x, dtype=np.float64))
         after = np.asarray(result.fun, dtype=np.float64)
         converged, message = bool(result.status > 0), str(result.message)

@@ -100,3 +100,16 @@ def identify(jac: FloatArray, names: Sequence[str]) -> Identifiability:
         moved_rows=moved,
         condition=1.0 / ratio if ratio > 0 else float("inf"),
     )
+
+
+def identify_stacked(jac_prior: FloatArray, jac_probe: FloatArray,
+                     names: Sequence[str]) -> Identifiability:
+    """`identify` over two points at once (the prior and a probe above it): a parameter is
+    identified if it moves predictions at either and is not collinear over both; its moved
+    rows are those it moves at either point."""
+    both = identify(np.vstack([jac_prior, jac_probe]), names)
+    n = jac_prior.shape[0]
+    moved = both.moved_rows[:n] | both.moved_rows[n:]
+    return Identifiability(identified=both.identified, reasons=both.reasons,
+                           sensitivity=both.sensitivity, moved_rows=moved,
+                           condition=both.condition)

@@ -22,6 +22,7 @@ COMMANDS = {
     "bench": "simulator.cli.bench:bench",
     "bench-scale": "simulator.cli.bench:bench_scale",
     "bench-sweep": "simulator.cli.sweep:bench_sweep",
+    "calibrate": "simulator.cli.calibrate:calibrate",
     "estimate": "simulator.cli.estimate:estimate",
     "explain": "simulator.cli.explain:explain",
     "export": "simulator.cli.sweep:export_cmd",

@@ -7,6 +7,11 @@ from typing import Any
 
 import click
 
+from simulator.cli.calibration_flag import (
+    calibration_line,
+    calibration_option,
+    calibration_overrides,
+)
 from simulator.cli.common import USER_ERRORS, dump
 from simulator.errors import InputError, located_message
 
@@ -48,20 +53,27 @@ def estimate_text(d: dict[str, Any], name: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON (ms).")
 @click.option("--skip-bad-rows", is_flag=True,
               help="Skip malformed trace rows instead of refusing.")
+@calibration_option
 def estimate(scenario: str, overrides: tuple[str, ...], as_json: bool,
-             skip_bad_rows: bool) -> None:
+             skip_bad_rows: bool, calibration: str | None) -> None:
     """Estimate SCENARIO's TTFT, TPOT, throughput, batch and KV limit in closed form."""
     import simulator
 
     try:
+        if calibration is not None:
+            overrides = (*overrides, *calibration_overrides(scenario, overrides, calibration))
         loaded = simulator.load_scenario(scenario, overrides)
         est = simulator.estimate(loaded, skip_bad_rows=skip_bad_rows)
     except USER_ERRORS as exc:  # one line naming the file and, where known, the key
         raise InputError(located_message(scenario, exc)) from None
     d = est.to_dict()
+    if calibration is not None:
+        d = {"calibration": calibration, **d}
     if as_json:
         dump(_finite(d))
     else:
+        if calibration is not None:
+            click.echo(calibration_line(calibration))
         click.echo(estimate_text(d, scenario))
 
 

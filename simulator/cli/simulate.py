@@ -6,6 +6,11 @@ from typing import Any
 
 import click
 
+from simulator.cli.calibration_flag import (
+    calibration_line,
+    calibration_option,
+    calibration_overrides,
+)
 from simulator.cli.common import USER_ERRORS, dump
 from simulator.cli.format_text import kv_chain_line, quality_line
 from simulator.errors import InputError, located_message
@@ -115,6 +120,7 @@ def _pools_text(p: dict[str, Any]) -> str:
               help="Also run the GPU's low/high efficiency profiles: an uncertainty band.")
 @click.option("--skip-bad-rows", is_flag=True,
               help="Skip malformed trace rows instead of refusing.")
+@calibration_option
 def simulate(
     scenario: str,
     overrides: tuple[str, ...],
@@ -124,6 +130,7 @@ def simulate(
     check: bool,
     band: bool,
     skip_bad_rows: bool,
+    calibration: str | None,
 ) -> None:
     """Simulate SCENARIO.yaml and print its latency and throughput summary."""
     import numpy as np
@@ -132,6 +139,8 @@ def simulate(
     from simulator.serving.simulation import TIMESERIES_COLUMNS
 
     try:
+        if calibration is not None:
+            overrides = (*overrides, *calibration_overrides(scenario, overrides, calibration))
         loaded = simulator.load_scenario(scenario, overrides)
         result = simulator.simulate(
             loaded, timeseries=timeseries is not None, check=check, skip_bad_rows=skip_bad_rows
@@ -155,8 +164,12 @@ def simulate(
         data = result.to_dict()
         if bands is not None:
             data["band"] = bands
+        if calibration is not None:
+            data = {"calibration": calibration, **data}
         dump(data)
     else:
+        if calibration is not None:
+            click.echo(calibration_line(calibration))
         click.echo(_summary_text(result, loaded.scenario.name or scenario))
         for key, (low, high) in (bands or {}).items():
             click.echo(f"band {key}: {low:.4g} .. {high:.4g}")

@@ -1,0 +1,134 @@
+"""`frontier calibrate FILE... --out CALIBRATION.yaml`: fit the engine styles' host costs
+(cpu_step_us, cpu_per_seq_us) to measured runs through the closed-form estimate, report the
+held-out errors of a grouped k-fold cross-validation before and after, and write the overlay
+that `simulate --calibration` and `estimate --calibration` apply."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from simulator.errors import InputError
+from simulator.units import table
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:.1%}"
+
+
+def _signed(v: float | None) -> str:
+    return "-" if v is None or not math.isfinite(v) else f"{v:+.1%}"
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Write the calibration overlay (YAML) here.")
+@click.option("--format", "fmt", type=click.Choice(["silicon", "vllm", "aiperf", "sglang"]),
+              default=None, help="The files' format (default: told from extension and keys).")
+@click.option("--scenario", "scenario", type=click.Path(dir_okay=False), default=None,
+              help="Scenario YAML giving model, hardware and deployment for files that do "
+              "not record them (vllm, aiperf, sglang).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a scenario key of every run (after mapping).")
+@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
+              help="Cross-validation folds (grouped by configuration).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the fold assignment and of --sample.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Use only the first N runs.")
+@click.option("--sample", type=click.IntRange(min=1), default=None,
+              help="Use N runs drawn at random (with --seed).")
+def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str | None,
+              sets: tuple[str, ...], folds: int, seed: int, limit: int | None,
+              sample: int | None) -> None:
+    """Fit the engine styles' host costs to measured runs in FILES; write --out."""
+    from simulator.calibration.build import build_overlay, make_header
+    from simulator.calibration.crossval import cross_validate
+    from simulator.calibration.fit import fit
+    from simulator.calibration.overlay import write_overlay
+    from simulator.calibration.progress import Progress
+    from simulator.cli.validate_measured import _check_user_scenarios
+    from simulator.inputs.yamlfile import load_yaml_mapping
+    from simulator.measured.calibrate_runs import build_problem
+    from simulator.measured.detect import read_measurements
+    from simulator.measured.scenario import map_run
+
+    if limit is not None and sample is not None:
+        raise click.UsageError("give --limit or --sample, not both")
+    target = Path(out)
+    if not target.parent.is_dir():
+        raise InputError(f"--out {out}: folder {target.parent} does not exist")
+    start = time.perf_counter()
+    paths = [Path(f) for f in files]
+    runs = read_measurements(paths, fmt)
+    read = len(runs)
+    base = None
+    if scenario is not None:
+        base = load_yaml_mapping(Path(scenario), "scenario", "keys (model, hardware, ...)")
+    if limit is not None:
+        runs = runs[:limit]
+    elif sample is not None and sample < len(runs):
+        keep = sorted(random.Random(seed).sample(range(len(runs)), sample))
+        runs = [runs[i] for i in keep]
+    mapped = [map_run(r, base, sets) for r in runs]
+    _check_user_scenarios(mapped)
+    prep = Progress(len(mapped), "calibrate: preparing runs")
+    problem = build_problem(mapped, prep)
+    prep.close()
+    obs = problem.observations
+    cv_progress = Progress(min(folds, len(set(obs.configs))), "calibrate: cross-validating")
+    cv = cross_validate(problem.params, obs, problem.predict, k=folds, seed=seed,
+                        progress=cv_progress)
+    cv_progress.close()
+    print("calibrate: fitting on every run", file=sys.stderr, flush=True)
+    result = fit(problem.params, obs, problem.predict)
+    rows_per_file = {str(p): 0 for p in paths}
+    for m in problem.used:
+        rows_per_file[m.run.source] = rows_per_file.get(m.run.source, 0) + 1
+    header = make_header(list(rows_per_file.items()), problem.sources)
+    overlay = build_overlay(result, header, problem.sources, cv)
+    try:
+        write_overlay(target, overlay)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
+
+    refused = sum(problem.refused.values())
+    lines = [f"runs read {read}, used {len(runs)}, scored {len(problem.used)}, refused "
+             f"{refused}; {len(obs)} observations (mean TTFT and mean TPOT)"
+             + (f", {problem.dropped_observations} dropped (no finite estimate at the shipped "
+                "values)" if problem.dropped_observations else "")]
+    if problem.refused:
+        lines += ["", table(["refused because", "runs"],
+                            [[k, str(v)] for k, v in problem.refused.most_common()])]
+    rows = []
+    for s in cv.summaries:
+        name = "overall" if s.group is None else " ".join(s.group)
+        metric = s.metric.replace("_s", ".mean")
+        b, a = s.before, s.after
+        rows.append([name, metric, str(b.count + b.failed), _pct(b.median_abs), _pct(a.median_abs),
+                     _pct(b.p90_abs), _pct(a.p90_abs), _signed(b.median_signed),
+                     _signed(a.median_signed)])
+    lines += ["", f"held-out errors, {cv.k}-fold cross-validation grouped by configuration "
+              f"(seed {seed}): before = shipped values, after = fitted on the other folds",
+              table(["group (GPU engine mode)", "metric", "n", "median |err| before", "after",
+                     "p90 |err| before", "after", "median err before", "after"], rows)]
+    fitted = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}",
+               "-" if p.std_error is None else f"{p.std_error:.2g}", str(p.rows),
+               "at bound" if p.at_bound else ""]
+              for p in result.parameters if p.identified]
+    if fitted:
+        lines += ["", table(["parameter fitted (us)", "value", "prior", "std error", "rows",
+                             ""], fitted)]
+    missing = result.not_identified()
+    if missing:
+        lines += ["", table(["not identified (left at prior)", "prior", "why"],
+                            [[p.name, f"{p.prior:.4g}", p.reason or "?"] for p in missing])]
+    lines.append(f"\nwrote {out} ({len(overlay.values)} values) in "
+                 f"{time.perf_counter() - start:.1f} s")
+    click.echo("\n".join(lines))

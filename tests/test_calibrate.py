@@ -1,0 +1,149 @@
+"""`frontier calibrate` end to end on synthetic truth: a silicon CSV whose figures the estimate
+itself produced with vLLM's host step cost at 3x the shipped value; the fit must recover it,
+the overlay must say what it was fitted to, and `--calibration` must apply it."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simulator.cli.app import cli
+from simulator.measured.silicon import read_silicon
+
+HEADER = (  # noqa: SIM905
+    "id,backend,backend_version,model,gpu,precision,gemm_quant_mode,moe_quant_mode,mode,"
+          "isl,osl,concurrency,batch_size,tp_size,pp_size,attention_dp_size,moe_tp_size,"
+          "moe_ep_size,prefill_batch_size,decode_batch_size,prefill_tp_size,prefill_pp_size,"
+          "prefill_attention_dp_size,prefill_moe_tp_size,prefill_moe_ep_size,"
+          "prefill_num_workers,decode_tp_size,decode_pp_size,decode_attention_dp_size,"
+          "decode_moe_tp_size,decode_moe_ep_size,decode_num_workers,ttft_ms,tpot_ms,measured,"
+          "source").split(",")
+TRUE_STEP_US = 3000.0  # shipped vllm cpu_step_us is 1000
+TOLERANCE = 0.05  # the fit recovers it within 5 %
+
+
+def _row(i: int, model: str, tp: int, conc: int, isl: int, osl: int) -> dict[str, str]:
+    row = dict.fromkeys(HEADER, "")
+    row.update(id=f"r{i}", backend="vllm", backend_version="0.15.1", model=model,
+               gpu="h100-sxm", precision="bf16", mode="agg", isl=str(isl), osl=str(osl),
+               concurrency=str(conc), batch_size=str(conc), tp_size=str(tp), pp_size="1",
+               attention_dp_size="1", moe_tp_size=str(tp), moe_ep_size="1", ttft_ms="1",
+               tpot_ms="1", measured="2026-01-01", source="synthetic")
+    return row
+
+
+def _write(path: Path, rows: list[dict[str, str]]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, HEADER)
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.fixture(scope="module")
+def truth_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six configurations x three concurrencies, figures from the estimate at the truth."""
+    from simulator.measured.calibrate_runs import build_problem
+    from simulator.measured.scenario import map_run
+
+    folder = tmp_path_factory.mktemp("cal")
+    rows, i = [], 0
+    # Tensor-parallel 8B models: a decode step's GPU part under the shipped 1 ms host step,
+    # so the host cost shows in TPOT (with the host overlapped, a GPU-bound run cannot tell).
+    for model, tp in (("llama-3.1-8b", 8), ("qwen3-8b", 8), ("llama-3.1-8b", 4),
+                      ("qwen3-8b", 4), ("llama-3.1-8b", 2), ("qwen3-8b", 2)):
+        for conc in (1, 4, 16):
+            rows.append(_row(i, model, tp, conc, 512, 128))
+            i += 1
+    draft = folder / "draft.csv"
+    _write(draft, rows)
+    problem = build_problem([map_run(r, None) for r in read_silicon(draft)])
+    assert len(problem.used) == len(rows)
+    values = {p.name: p.prior for p in problem.params}
+    values["vllm.cpu_step_us"] = TRUE_STEP_US
+    for r, row in enumerate(rows):
+        ttft, tpot = problem.runs.prediction(r, values)
+        row["ttft_ms"], row["tpot_ms"] = repr(ttft * 1e3), repr(tpot * 1e3)
+    path = folder / "truth.csv"
+    _write(path, rows)
+    return path
+
+
+@pytest.fixture(scope="module")
+def overlay_path(truth_csv: Path) -> Path:
+    out = truth_csv.parent / "cal.yaml"
+    res = CliRunner().invoke(cli, ["calibrate", str(truth_csv), "--out", str(out),
+                                   "--folds", "3"])
+    assert res.exit_code == 0, res.output
+    assert "held-out errors" in res.output and "overall" in res.output
+    return out
+
+
+def test_fit_recovers_truth(overlay_path: Path, truth_csv: Path) -> None:
+    data = yaml.safe_load(overlay_path.read_text())
+    values = {v["target"]["key"]: v for v in data["values"]
+              if v["target"]["name"] == "vllm"}
+    step = values["cpu_step_us"]
+    assert abs(step["value"] / TRUE_STEP_US - 1) < TOLERANCE
+    assert step["prior"] == 1000
+    assert step["fitted_to"]["rows"] > 0
+    assert step["fitted_to"]["files"] == [str(truth_csv)]
+    assert step["fitted_to"]["engine_versions"] == {"vllm": "0.15.1"}
+    assert data["header"]["files"][0]["rows"] == 18
+
+
+def _scenario(tmp: Path) -> Path:
+    path = tmp / "s.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "s", "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+        "deployment": {"engine": "vllm", "tensor_parallel": 8},
+        "workload": {"arrival": {"kind": "closed_loop", "concurrency": 1},
+                     "input_tokens": {"kind": "fixed", "value": 256},
+                     "output_tokens": {"kind": "fixed", "value": 32}, "num_requests": 8},
+    }))
+    return path
+
+
+def test_calibration_flag_changes_prediction(overlay_path: Path, tmp_path: Path) -> None:
+    """--calibration moves the prediction and says so first; without it nothing changes."""
+    scen = str(_scenario(tmp_path))
+    runner = CliRunner()
+    for cmd in ("simulate", "estimate"):
+        plain = runner.invoke(cli, [cmd, scen])
+        again = runner.invoke(cli, [cmd, scen])
+        cal = runner.invoke(cli, [cmd, scen, "--calibration", str(overlay_path)])
+        assert plain.exit_code == cal.exit_code == 0, cal.output
+        assert plain.output == again.output
+        assert not plain.output.startswith("calibration:")
+        assert cal.output.splitlines()[0].startswith(f"calibration: {overlay_path}")
+        assert cal.output.splitlines()[1:] != plain.output.splitlines()
+        js = runner.invoke(cli, [cmd, scen, "--json", "--calibration", str(overlay_path)])
+        assert js.exit_code == 0 and '"calibration": ' in js.output
+
+
+def _fails(args: list[str]) -> str:
+    from simulator.cli.app import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    assert exc.value.code == 2
+    return ""
+
+
+def test_bad_inputs_exit_2(tmp_path: Path, truth_csv: Path,
+                           capsys: pytest.CaptureFixture[str]) -> None:
+    bad_overlay = tmp_path / "bad.yaml"
+    bad_overlay.write_text("header: [1\n")
+    scen = str(_scenario(tmp_path))
+    for args in (["calibrate", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o")],
+                 ["calibrate", str(truth_csv), "--out", str(tmp_path / "no" / "o.yaml")],
+                 ["simulate", scen, "--calibration", str(bad_overlay)],
+                 ["estimate", scen, "--calibration", str(tmp_path / "none.yaml")]):
+        _fails(args)
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("frontier: ") and "\n" not in err, err
+    assert not (tmp_path / "no").exists()
+    assert not (tmp_path / "o").exists()
