@@ -147,3 +147,31 @@ def test_bad_inputs_exit_2(tmp_path: Path, truth_csv: Path,
         assert err.startswith("frontier: ") and "\n" not in err, err
     assert not (tmp_path / "no").exists()
     assert not (tmp_path / "o").exists()
+
+
+def test_one_configuration_fits_in_sample_and_says_so(tmp_path: Path) -> None:
+    """A user's own runs of one deployment (two `vllm bench serve` results at concurrency 4
+    and 16 with the scenario beside them) hold one configuration: nothing can be held out, so
+    the report says its errors are in-sample instead of refusing."""
+    import json
+
+    files = []
+    for c in (4, 16):
+        n = 20 * c
+        data = {"backend": "vllm", "model_id": "meta-llama/Llama-3.1-8B-Instruct",
+                "num_prompts": n, "request_rate": "inf", "max_concurrency": c,
+                "duration": 30.0, "completed": n, "total_input_tokens": n * 1000,
+                "total_output_tokens": n * 200, "request_throughput": 2.0,
+                "output_throughput": 400.0, "total_token_throughput": 2400.0}
+        for k, v in (("ttft", 30.0 + c), ("tpot", 7.0 + c / 4), ("itl", 7.0), ("e2el", 1500.0)):
+            data.update({f"mean_{k}_ms": v, f"median_{k}_ms": v, f"std_{k}_ms": 1.0,
+                         f"p99_{k}_ms": 2 * v})
+        path = tmp_path / f"c{c}.json"
+        path.write_text(json.dumps(data))
+        files.append(str(path))
+    out = tmp_path / "cal.yaml"
+    res = CliRunner().invoke(cli, ["calibrate", *files, "--scenario",
+                                   "scenarios/chat-llama-3.1-8b-h100.yaml", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "in-sample errors (the runs are of one configuration" in res.output
+    assert out.exists()

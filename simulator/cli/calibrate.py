@@ -10,11 +10,19 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+import numpy as np
 
+from simulator.calibration.crossval import ErrorStats
 from simulator.errors import InputError
 from simulator.units import table
+
+if TYPE_CHECKING:
+    from simulator.calibration.crossval import CrossValidation
+    from simulator.calibration.fit import FitResult
+    from simulator.measured.calibrate_runs import RunProblem
 
 
 def _pct(v: float | None) -> str:
@@ -82,10 +90,13 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
     problem = build_problem(mapped, prep)
     prep.close()
     obs = problem.observations
-    cv_progress = Progress(min(folds, len(set(obs.configs))), "calibrate: cross-validating")
-    cv = cross_validate(problem.params, obs, problem.predict, k=folds, seed=seed,
-                        progress=cv_progress)
-    cv_progress.close()
+    configs = len(set(obs.configs))
+    cv = None
+    if configs >= 2:
+        cv_progress = Progress(min(folds, configs), "calibrate: cross-validating")
+        cv = cross_validate(problem.params, obs, problem.predict, k=folds, seed=seed,
+                            progress=cv_progress)
+        cv_progress.close()
     print("calibrate: fitting on every run", file=sys.stderr, flush=True)
     result = fit(problem.params, obs, problem.predict)
     rows_per_file = {str(p): 0 for p in paths}
@@ -98,26 +109,42 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
     except OSError as exc:
         raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
 
+    lines = _report(read, len(runs), problem, result, cv, seed)
+    lines.append(f"\nwrote {out} ({len(overlay.values)} values) in "
+                 f"{time.perf_counter() - start:.1f} s")
+    click.echo("\n".join(lines))
+
+
+def _report(read: int, used: int, problem: RunProblem, result: FitResult,
+            cv: CrossValidation | None, seed: int) -> list[str]:
+    """The printed report: runs used and refused, the errors before and after (held out when
+    the runs span two configurations or more, else in-sample and said so), the parameters."""
+    obs = problem.observations
     refused = sum(problem.refused.values())
-    lines = [f"runs read {read}, used {len(runs)}, scored {len(problem.used)}, refused "
+    lines = [f"runs read {read}, used {used}, scored {len(problem.used)}, refused "
              f"{refused}; {len(obs)} observations (mean TTFT and mean TPOT)"
              + (f", {problem.dropped_observations} dropped (no finite estimate at the shipped "
                 "values)" if problem.dropped_observations else "")]
     if problem.refused:
         lines += ["", table(["refused because", "runs"],
                             [[k, str(v)] for k, v in problem.refused.most_common()])]
-    rows = []
-    for s in cv.summaries:
-        name = "overall" if s.group is None else " ".join(s.group)
-        metric = s.metric.replace("_s", ".mean")
-        b, a = s.before, s.after
-        rows.append([name, metric, str(b.count + b.failed), _pct(b.median_abs), _pct(a.median_abs),
-                     _pct(b.p90_abs), _pct(a.p90_abs), _signed(b.median_signed),
-                     _signed(a.median_signed)])
-    lines += ["", f"held-out errors, {cv.k}-fold cross-validation grouped by configuration "
-              f"(seed {seed}): before = shipped values, after = fitted on the other folds",
-              table(["group (GPU engine mode)", "metric", "n", "median |err| before", "after",
-                     "p90 |err| before", "after", "median err before", "after"], rows)]
+    header = ["group (GPU engine mode)", "metric", "n", "median |err| before", "after",
+              "p90 |err| before", "after", "median err before", "after"]
+    if cv is not None:
+        rows = [_error_row("overall" if s.group is None else " ".join(s.group), s.metric,
+                           s.before, s.after) for s in cv.summaries]
+        lines += ["", f"held-out errors, {cv.k}-fold cross-validation grouped by configuration "
+                  f"(seed {seed}): before = shipped values, after = fitted on the other folds",
+                  table(header, rows)]
+    else:
+        before = np.expm1(result.log_error_before)
+        after = np.expm1(result.log_error_after)
+        metrics = np.array(obs.metrics)
+        rows = [_error_row("overall", m, ErrorStats.of(before[metrics == m]),
+                           ErrorStats.of(after[metrics == m])) for m in sorted(set(obs.metrics))]
+        lines += ["", "in-sample errors (the runs are of one configuration, so nothing can be "
+                  "held out: these are the runs the values were fitted to, not a prediction)",
+                  table(header, rows)]
     fitted = [[p.name, f"{p.value:.4g}", f"{p.prior:.4g}",
                "-" if p.std_error is None else f"{p.std_error:.2g}", str(p.rows),
                "at bound" if p.at_bound else ""]
@@ -129,6 +156,10 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
     if missing:
         lines += ["", table(["not identified (left at prior)", "prior", "why"],
                             [[p.name, f"{p.prior:.4g}", p.reason or "?"] for p in missing])]
-    lines.append(f"\nwrote {out} ({len(overlay.values)} values) in "
-                 f"{time.perf_counter() - start:.1f} s")
-    click.echo("\n".join(lines))
+    return lines
+
+
+def _error_row(name: str, metric: str, b: ErrorStats, a: ErrorStats) -> list[str]:
+    return [name, metric.replace("_s", ".mean"), str(b.count + b.failed), _pct(b.median_abs),
+            _pct(a.median_abs), _pct(b.p90_abs), _pct(a.p90_abs), _signed(b.median_signed),
+            _signed(a.median_signed)]
