@@ -146,22 +146,28 @@ def _trace_sources(doc: Any) -> Iterator[str]:
 
 
 def _validation_data() -> dict[str, list[dict[str, Any]]]:
-    """Each validation row id -> the data it scores: its CSV source (the row itself), the
-    source cells of the trace files its setup replays, and SCORED_DATA."""
-    with (VALIDATION / "serving_measurements.csv").open(newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    data: dict[str, list[dict[str, Any]]] = {
-        r["id"]: [{"source": r["source"], "rows": [r["id"]]}] for r in rows}
-    for name in ("speculative_rows.yaml", "sweep_rows.yaml", "disaggregation_rows.yaml"):
-        doc = _yaml(VALIDATION / name)
-        row_ids = [k for k in (doc.get("rows") or {}) if k in data]
-        if not row_ids:
-            continue
+    """Each validation row id -> the data it scores: its source (the row itself), the source
+    cells of the trace files its setup replays, and SCORED_DATA."""
+    from simulator.validation.catalog import sources
+
+    data: dict[str, list[dict[str, Any]]] = {}
+    for src in sources():
+        for r in src.rows:
+            data[r.id] = [{"source": r.source, "rows": [r.id]}]
+        # the file's own setups (goodputs, sweep sides, speculative blocks) and the rows that
+        # run them: every such row may replay any trace of the file (conservative)
+        row_ids = [r.id for r in src.rows
+                   if r.goodput_ratio or r.sweep_ratio or r.speculative_setup]
+        doc = [
+            {n: g.model_dump() for n, g in src.goodputs.items()},
+            src.sweep.model_dump() if src.sweep else {},
+            [r.speculative_setup.model_dump() for r in src.rows if r.speculative_setup],
+        ]
         for trace in set(_trace_sources(doc)):
             with (VALIDATION / trace).open(newline="") as fh:
                 cell = next(csv.DictReader(fh)).get("source") or ""
             repo, _, rest = cell.partition(" ")
-            for rid in row_ids:  # every row of the file may replay it (conservative)
+            for rid in row_ids:
                 data[rid].append({"source": repo, "rows": [rest.split(" ", 1)[0]]})
     for rid, extra in SCORED_DATA.items():
         data[rid].extend(extra)

@@ -160,3 +160,38 @@ def test_config_ranking_matches_where_the_target_can_resolve_it(result: dict) ->
     gap = resolvable_gap(TARGET_MEDIAN)
     wrong = [p for p in pairs if not p.concordant and p.measured_gap > gap]
     assert wrong == []
+
+
+def test_source_files_are_strict_with_one_line_errors(tmp_path) -> None:
+    """A source file (validation/sources/) rejects unknown keys, naming the file, row and key."""
+    from simulator.errors import InputError
+    from simulator.validation.catalog import SOURCES, load_source, sources
+
+    good = (SOURCES / "09-splitwise.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(good.replace("  - id: disagg-04\n", "  - id: disagg-04\n    mesured: 1\n"))
+    with pytest.raises(InputError) as exc:
+        load_source(bad)
+    msg = str(exc.value)
+    assert "\n" not in msg and str(bad) in msg and "disagg-04" in msg and "mesured" in msg
+    bad.write_text(good + "extra: 1\n")
+    with pytest.raises(InputError, match="extra"):
+        load_source(bad)
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    (twice / "a.yaml").write_text(good)
+    (twice / "b.yaml").write_text(good)
+    with pytest.raises(InputError, match="disagg-04: id also in"):
+        sources.__wrapped__(twice)
+
+
+def test_ratio_rows_name_setups_of_their_file(tmp_path) -> None:
+    from simulator.errors import InputError
+    from simulator.validation.catalog import SOURCES, load_source
+
+    bad = tmp_path / "bad.yaml"
+    text = (SOURCES / "08-distserve.yaml").read_text()
+    bad.write_text(text.replace("goodput_ratio: [colocated, decode_only]",
+                                "goodput_ratio: [colocated, nowhere]"))
+    with pytest.raises(InputError, match="disagg-00: goodput_ratio: no goodput 'nowhere'"):
+        load_source(bad)

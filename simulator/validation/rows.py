@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).parent / "serving_measurements.csv"
+from simulator.validation import catalog
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,24 +117,23 @@ def metric_class(metric: str) -> str:
     return "ratio"
 
 
-def load_rows(path: Path = DATA) -> list[Row]:
-    with path.open(newline="") as fh:
-        out = []
-        for r in csv.DictReader(fh):
-            out.append(
-                Row(
-                    id=r["id"],
-                    subset=r["subset"],
-                    source=r["source"],
-                    model=r["model"],
-                    gpu=r["gpu"],
-                    metric=r["metric"],
-                    measured=float(r["measured"]) if r["measured"] else None,
-                    unit=r["unit"],
-                    tolerance_pct=float(r["tolerance_pct"] or 3),
-                    pending=r["pending"],
-                    note=r["note"],
-                    fields={k: v or "" for k, v in r.items()},
-                )
-            )
-    return out
+def load_rows(folder: Path = catalog.SOURCES) -> list[Row]:
+    """Every row of the source files (validation/sources/, catalog.py), in report order."""
+    return [
+        Row(
+            id=r.id,
+            subset=r.subset,
+            source=r.source,
+            model=r.model,
+            gpu=r.gpu,
+            metric=r.metric,
+            measured=r.measured,
+            unit=r.unit,
+            tolerance_pct=r.tolerance_pct,
+            pending=r.pending,
+            note=r.note,
+            fields=r.fields(),
+        )
+        for s in catalog.sources(folder)
+        for r in s.rows
+    ]

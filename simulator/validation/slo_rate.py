@@ -1,6 +1,7 @@
 """DistServe's "goodput": the highest Poisson request rate at which a deployment still meets
 its SLO for a given share of requests (OSDI 2024, §2), found by bisection on the rate; and the
-validation rows that compare two such rates (simulator/validation/disaggregation_rows.yaml)."""
+validation rows that compare two such rates (a row's `goodput_ratio` over its source file's
+`goodputs`, validation/sources/)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from simulator.inputs.yamlfile import load_yaml_mapping
+from simulator.validation import catalog
+from simulator.validation.catalog import RATIO_METRIC
 
-RATE_ROWS = Path(__file__).parent / "disaggregation_rows.yaml"
-RATIO_METRIC = "slo_rate_ratio"
+__all__ = ["RATIO_METRIC", "goodput", "max_rate_at_attainment", "predict_ratio", "rate_rows"]
 ATTAINMENT = 0.9
 BISECTION_STEPS = 12  # 2^-12 of the bracket: well below the 0.1 req/s the papers quote
 
@@ -20,12 +21,12 @@ BISECTION_STEPS = 12  # 2^-12 of the bracket: well below the 0.1 req/s the paper
 def at_rate(scenario: dict[str, Any], rate_per_s: float) -> dict[str, Any]:
     """The scenario with Poisson arrivals at `rate_per_s`. A trace of unit-rate Poisson times
     (paired prompt and output lengths) is replayed at that rate by scaling its times; its path
-    is taken relative to this folder."""
+    is taken relative to the validation folder."""
     s = copy.deepcopy(scenario)
     arrival = s["workload"].get("arrival") or {}
     if arrival.get("kind") == "trace":
         path = Path(arrival["path"])
-        arrival["path"] = str(path if path.is_absolute() else RATE_ROWS.parent / path)
+        arrival["path"] = str(path if path.is_absolute() else catalog.HERE / path)
         arrival["time_scale"] = 1.0 / rate_per_s
     else:
         s["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": rate_per_s}
@@ -59,7 +60,7 @@ def max_rate_at_attainment(
 
 @cache
 def _spec() -> dict[str, Any]:
-    return load_yaml_mapping(RATE_ROWS, "validation rows", "goodputs and rows")
+    return catalog.goodput_spec()
 
 
 def rate_rows() -> set[str]:
@@ -68,7 +69,7 @@ def rate_rows() -> set[str]:
 
 @cache
 def goodput(name: str) -> float:
-    """One named goodput of the rows file, in req/s (per GPU when it says per_gpu)."""
+    """One named goodput of the source files, in req/s (per GPU when it says per_gpu)."""
     g = _spec()["goodputs"][name]
     rate = max_rate_at_attainment(g["scenario"], ATTAINMENT, *g["bracket_per_s"])
     if g.get("per_gpu"):

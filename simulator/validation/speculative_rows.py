@@ -1,29 +1,26 @@
-"""Speculative validation rows: the CSV setup plus a `deployment.speculative` block
-(speculative_rows.yaml), scored as an absolute metric, as the speed-up over the same
-scenario without speculation, or as the simulated mean acceptance length."""
+"""Speculative validation rows: the row's setup plus a `deployment.speculative` block (its
+`speculative_setup` in validation/sources/), scored as an absolute metric, as the speed-up over
+the same scenario without speculation, or as the simulated mean acceptance length."""
 
 from __future__ import annotations
 
 import copy
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-import yaml
+from simulator.validation import catalog
 
-SPEC_ROWS = Path(__file__).parent / "speculative_rows.yaml"
 SPEEDUP_METRIC = "speedup"
 ACCEPTANCE_METRIC = "acceptance_length"  # simulated mean tokens per verify step
 
 
 @cache
 def speculative_setups() -> dict[str, dict[str, Any]]:
-    data: dict[str, dict[str, Any]] = yaml.safe_load(SPEC_ROWS.read_text())["rows"]
-    return data
+    return catalog.speculative_setups()
 
 
 def speculative_scenario(row_id: str, base: dict[str, Any]) -> dict[str, Any]:
-    """The row's CSV scenario with its speculative block and extra keys merged in."""
+    """The row's scenario with its speculative block and extra keys merged in."""
     setup = speculative_setups()[row_id]
     s = copy.deepcopy(base)
     s["deployment"].update(setup.get("deployment", {}))

@@ -1,21 +1,21 @@
 """Validation rows read off concurrency sweeps: each side runs a closed loop at every
 concurrency its benchmark script ran, the points (tokens/s per user, tokens/s per GPU) form a
 Pareto frontier drawn as straight lines between its points, and a row is the ratio of two
-sides' per-GPU throughput on those frontiers at one per-user speed (sweep_rows.yaml)."""
+sides' per-GPU throughput on those frontiers at one per-user speed (a row's `sweep_ratio` over its
+source file's `sweep`, validation/sources/)."""
 
 from __future__ import annotations
 
 import copy
 import itertools
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from simulator.inputs.yamlfile import load_yaml_mapping
 from simulator.sweep.frontier import pareto_mask
+from simulator.validation import catalog
+from simulator.validation.catalog import SWEEP_METRIC
 
-SWEEP_ROWS = Path(__file__).parent / "sweep_rows.yaml"
-SWEEP_METRIC = "speed_target_throughput_ratio"
+__all__ = ["SWEEP_METRIC", "predict_sweep_ratio", "side_points", "sweep_rows"]
 
 Point = tuple[float, float]  # (output tokens/s per user, output tokens/s per GPU)
 
@@ -44,7 +44,7 @@ def throughput_at_speed(points: list[Point], speed: float) -> float | None:
 
 @cache
 def _spec() -> dict[str, Any]:
-    return load_yaml_mapping(SWEEP_ROWS, "validation rows", "sides and rows")
+    return catalog.sweep_spec()
 
 
 def sweep_rows() -> set[str]:
