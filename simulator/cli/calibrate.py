@@ -6,7 +6,6 @@ that `simulate --calibration` and `estimate --calibration` apply."""
 from __future__ import annotations
 
 import math
-import random
 import sys
 import time
 from pathlib import Path
@@ -61,31 +60,15 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
     from simulator.calibration.fit import fit
     from simulator.calibration.overlay import write_overlay
     from simulator.calibration.progress import Progress
-    from simulator.cli.validate_measured import _check_user_scenarios
-    from simulator.inputs.yamlfile import load_yaml_mapping
+    from simulator.cli.validate_measured import read_and_map
     from simulator.measured.calibrate_runs import build_problem
-    from simulator.measured.detect import read_measurements
-    from simulator.measured.scenario import map_run
 
-    if limit is not None and sample is not None:
-        raise click.UsageError("give --limit or --sample, not both")
     target = Path(out)
     if not target.parent.is_dir():
         raise InputError(f"--out {out}: folder {target.parent} does not exist")
     start = time.perf_counter()
     paths = [Path(f) for f in files]
-    runs = read_measurements(paths, fmt)
-    read = len(runs)
-    base = None
-    if scenario is not None:
-        base = load_yaml_mapping(Path(scenario), "scenario", "keys (model, hardware, ...)")
-    if limit is not None:
-        runs = runs[:limit]
-    elif sample is not None and sample < len(runs):
-        keep = sorted(random.Random(seed).sample(range(len(runs)), sample))
-        runs = [runs[i] for i in keep]
-    mapped = [map_run(r, base, sets) for r in runs]
-    _check_user_scenarios(mapped)
+    read, runs, mapped = read_and_map(paths, fmt, scenario, sets, limit, sample, seed)
     prep = Progress(len(mapped), "calibrate: preparing runs")
     problem = build_problem(mapped, prep)
     prep.close()

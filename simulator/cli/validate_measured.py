@@ -12,11 +12,15 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from simulator.units import table
+
+if TYPE_CHECKING:
+    from simulator.measured.run import MeasuredRun
+    from simulator.measured.scenario import Mapped
 
 _READ_ONLY = ("subset", "write_report", "ablation", "update_baseline")
 
@@ -72,18 +76,20 @@ _PARAMS = ("measurements", "more_files", "fmt", "scenario", "sets", "method", "l
            "sample", "seed", "workers")
 
 
-def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario: str | None,
-                 sets: tuple[str, ...], method: str, limit: int | None, sample: int | None,
-                 seed: int, workers: int) -> None:
-    """Read every file (failing before any scoring), map, score, then print once."""
+def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
+                 sets: tuple[str, ...], limit: int | None, sample: int | None,
+                 seed: int) -> tuple[int, list[MeasuredRun], list[Mapped]]:
+    """Read every file (failing before any work), keep --limit or a seeded --sample of the
+    runs, and map each to a scenario (a user's scenario that does not validate: exit 2).
+    Returns the runs read, the runs kept and their mappings."""
     from simulator.inputs.yamlfile import load_yaml_mapping
     from simulator.measured.detect import read_measurements
     from simulator.measured.scenario import map_run
-    from simulator.measured.scoring import StderrProgress, score_all, summarise
 
     if limit is not None and sample is not None:
         raise click.UsageError("give --limit or --sample, not both")
     runs = read_measurements(files, fmt)
+    read = len(runs)
     base = None
     if scenario is not None:
         base = load_yaml_mapping(Path(scenario), "scenario", "keys (model, hardware, ...)")
@@ -92,9 +98,19 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
     elif sample is not None and sample < len(runs):
         keep = sorted(random.Random(seed).sample(range(len(runs)), sample))
         runs = [runs[i] for i in keep]
-    start = time.perf_counter()
     mapped = [map_run(r, base, sets) for r in runs]
     _check_user_scenarios(mapped)
+    return read, runs, mapped
+
+
+def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario: str | None,
+                 sets: tuple[str, ...], method: str, limit: int | None, sample: int | None,
+                 seed: int, workers: int) -> None:
+    """Read every file (failing before any scoring), map, score, then print once."""
+    from simulator.measured.scoring import StderrProgress, score_all, summarise
+
+    start = time.perf_counter()
+    _, _, mapped = read_and_map(files, fmt, scenario, sets, limit, sample, seed)
     records = score_all(mapped, method, workers, StderrProgress())
     result = {"method": method, "files": [str(f) for f in files],
               "seconds": time.perf_counter() - start, **summarise(records), "runs": records}
