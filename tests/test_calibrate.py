@@ -175,3 +175,24 @@ def test_one_configuration_fits_in_sample_and_says_so(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "in-sample errors (the runs are of one configuration" in res.output
     assert out.exists()
+
+
+def test_the_fit_predicts_what_the_overlay_makes_estimate_predict(truth_csv: Path) -> None:
+    """The fit swaps host costs into a cached engine; `--calibration` sets the scenario's
+    `deployment.overhead`. Both must give the same prediction, or the overlay would apply
+    other values than the ones the fit chose: every run of the truth file, exactly."""
+    import copy
+
+    import simulator
+    from simulator.measured.calibrate_runs import build_problem
+    from simulator.measured.scenario import map_run
+
+    problem = build_problem([map_run(r, None) for r in read_silicon(truth_csv)])
+    values = {p.name: p.prior for p in problem.params}
+    values["vllm.cpu_step_us"], values["vllm.cpu_per_seq_us"] = 2500.0, 11.0
+    for r, mapped in enumerate(problem.used):
+        scenario = copy.deepcopy(mapped.scenario)
+        assert scenario is not None
+        scenario["deployment"]["overhead"] = {"step_s": 2500.0 * 1e-6, "per_seq_s": 11.0 * 1e-6}
+        est = simulator.estimate(simulator.load_scenario(scenario))
+        assert problem.runs.prediction(r, values) == (est.ttft_mean_s, est.tpot_p50_s)

@@ -25,8 +25,8 @@ from simulator.calibration.params import (
     Target,
     check_parameters,
 )
-from simulator.calibration.progress import Progress
 from simulator.errors import InputError
+from simulator.progress import Progress
 
 NOISE = 0.05  # multiplicative (log-normal) measurement noise of the synthetic runs
 TRUE_A, TRUE_B = 1.3, 0.02
@@ -161,8 +161,8 @@ def test_cross_validation_improves_held_out_errors_and_summarises_per_group() ->
     obs, params, model = _six_parameter_runs(2000)
     stream = io.StringIO()
     cv = cross_validate(params, obs, model, k=4, seed=2,  # type: ignore[arg-type]
-                        progress=Progress(4, "folds", stream=stream))
-    assert stream.getvalue().count("\n") == 4 and "4/4 (100%)" in stream.getvalue()
+                        progress=Progress(4, stream, every_s=0.0, label="cv", unit="folds"))
+    assert stream.getvalue().count("\n") == 4 and "cv: 4/4 folds" in stream.getvalue()
     for f, result in enumerate(cv.fits):
         assert not set(result.indices) & set(np.flatnonzero(cv.folds == f))
     overall = {s.metric: s for s in cv.summaries if s.group is None}
@@ -218,23 +218,4 @@ def test_parameter_declarations_are_checked() -> None:
         ObservationSet.of([Observation(0.0, "tpot", "c")])
 
 
-class _Tty(io.StringIO):
-    def isatty(self) -> bool:
-        return True
 
-
-def test_progress_writes_a_line_per_ten_percent_off_a_terminal_and_rewrites_on_one() -> None:
-    ticks = iter(range(1000))
-    plain = io.StringIO()
-    bar = Progress(250, "fit", stream=plain, clock=lambda: float(next(ticks)))
-    for _ in range(260):  # past the total: the finishing line is still written once
-        bar.advance()
-    lines = plain.getvalue().splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("fit: 250/250 (100%)")
-    assert "/s, ETA" in lines[0]
-    tty = _Tty()
-    bar = Progress(3, "fit", stream=tty, min_interval_s=0.0, clock=time.monotonic)
-    for _ in range(3):
-        bar.advance()
-    bar.close()
-    assert tty.getvalue().count("\r") == 3 and tty.getvalue().endswith("\n")

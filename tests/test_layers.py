@@ -17,6 +17,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "units": 0,
     "yamlsafe": 0,
+    "progress": 0,
     "model": 1,
     "hardware": 1,
     "engines": 1,

@@ -20,12 +20,12 @@ from sweep_helpers import REPO, small_sweep, write_sweep
 import simulator
 from simulator.cli.app import main
 from simulator.errors import InputError
+from simulator.progress import Progress
 from simulator.sweep import expand, load_sweep, pareto_mask, run_sweep
 from simulator.sweep.cost import energy_j_per_output_token, usd_per_million_output_tokens
 from simulator.sweep.export import bench_command, hf_repo_id, launch_commands
 from simulator.sweep.expr import parse_constraint
 from simulator.sweep.recommend import format_recommendation, parse_slo, recommend
-from simulator.sweep.runners import Progress
 from simulator.sweep.store import ResultStore, make_record
 from simulator.sweep.table import read_csv
 

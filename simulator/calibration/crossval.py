@@ -21,8 +21,8 @@ from simulator.calibration.params import (
     Predictor,
     priors,
 )
-from simulator.calibration.progress import Progress
 from simulator.errors import InputError
+from simulator.progress import Progress
 
 DEFAULT_FOLDS = 5
 
@@ -144,7 +144,7 @@ def cross_validate(params: Sequence[FreeParameter], observations: ObservationSet
         after[held] = np.asarray(predict(result.values(), held), dtype=np.float64)
         fits.append(result)
         if progress is not None:
-            progress.advance()
+            progress.step()
     measured = observations.measured
     err_before, err_after = relative_errors(before, measured), relative_errors(after, measured)
     return CrossValidation(

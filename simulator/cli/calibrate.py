@@ -59,9 +59,9 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
     from simulator.calibration.crossval import cross_validate
     from simulator.calibration.fit import fit
     from simulator.calibration.overlay import write_overlay
-    from simulator.calibration.progress import Progress
     from simulator.cli.validate_measured import read_and_map
     from simulator.measured.calibrate_runs import build_problem
+    from simulator.progress import Progress
 
     target = Path(out)
     if not target.parent.is_dir():
@@ -69,14 +69,15 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
     start = time.perf_counter()
     paths = [Path(f) for f in files]
     read, runs, mapped = read_and_map(paths, fmt, scenario, sets, limit, sample, seed)
-    prep = Progress(len(mapped), "calibrate: preparing runs")
+    prep = Progress(len(mapped), label="calibrate: preparing", unit="runs")
     problem = build_problem(mapped, prep)
     prep.close()
     obs = problem.observations
     configs = len(set(obs.configs))
     cv = None
     if configs >= 2:
-        cv_progress = Progress(min(folds, configs), "calibrate: cross-validating")
+        cv_progress = Progress(min(folds, configs), label="calibrate: cross-validating",
+                               unit="folds")
         cv = cross_validate(problem.params, obs, problem.predict, k=folds, seed=seed,
                             progress=cv_progress)
         cv_progress.close()

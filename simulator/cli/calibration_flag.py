@@ -54,20 +54,19 @@ def calibration_overrides(scenario: str, overrides: tuple[str, ...],
 
     costs = host_costs(path)
     s, _ = load_scenario_file(resolve_scenario(scenario), list(overrides))
-    dep: Any = s.deployment
-    pools = ([("deployment.prefill", dep.prefill), ("deployment.decode", dep.decode)]
-             if hasattr(dep, "prefill") else [("deployment", dep)])
     shipped = load_engine_styles()
     out: list[str] = []
-    for prefix, pool in pools:
+    for prefix, pool in s.deployment.engine_types:
         fitted = costs.get(str(pool.engine))
         if pool.overhead is not None or not fitted:
             continue
         style = shipped[str(pool.engine)]
-        step = fitted.get("cpu_step_us", style.cpu_step_s * 1e6) * 1e-6
-        per = fitted.get("cpu_per_seq_us", style.cpu_per_seq_s * 1e6) * 1e-6
-        out.append(f"{prefix}.overhead.step_s={step:.12e}")
-        out.append(f"{prefix}.overhead.per_seq_s={per:.12e}")
+        step_s = fitted.get("cpu_step_us", style.cpu_step_s * 1e6) * 1e-6
+        per_seq_s = fitted.get("cpu_per_seq_us", style.cpu_per_seq_s * 1e6) * 1e-6
+        # 17 significant digits with a decimal point: the float comes back exactly (YAML
+        # reads '1e-06' without one as a string).
+        out.append(f"{prefix}.overhead.step_s={step_s:.16e}")
+        out.append(f"{prefix}.overhead.per_seq_s={per_seq_s:.16e}")
     return out
 
 

@@ -107,11 +107,14 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
                  sets: tuple[str, ...], method: str, limit: int | None, sample: int | None,
                  seed: int, workers: int) -> None:
     """Read every file (failing before any scoring), map, score, then print once."""
-    from simulator.measured.scoring import StderrProgress, score_all, summarise
+    from simulator.measured.scoring import score_all, summarise
+    from simulator.progress import Progress
 
     start = time.perf_counter()
     _, _, mapped = read_and_map(files, fmt, scenario, sets, limit, sample, seed)
-    records = score_all(mapped, method, workers, StderrProgress())
+    progress = Progress(len(mapped), label="validate", unit="runs")
+    records = score_all(mapped, method, workers, progress)
+    progress.close()
     result = {"method": method, "files": [str(f) for f in files],
               "seconds": time.perf_counter() - start, **summarise(records), "runs": records}
     if as_json:

@@ -135,6 +135,16 @@ class EngineStyle:
         gpu = self.gpu_part_s(gpu_time_s)
         return max(gpu, host) if self.overlap_cpu_with_gpu else gpu + host
 
+    def with_host_cost(self, cpu_step_s: float | None = None,
+                       cpu_per_seq_s: float | None = None) -> EngineStyle:
+        """This style with its per-step and per-sequence host cost replaced where given (a
+        scenario's `deployment.overhead`, or a calibration's fitted values)."""
+        return replace(
+            self,
+            cpu_step_s=self.cpu_step_s if cpu_step_s is None else cpu_step_s,
+            cpu_per_seq_s=self.cpu_per_seq_s if cpu_per_seq_s is None else cpu_per_seq_s,
+        )
+
     def with_layers(self, layers_per_stage: float) -> EngineStyle:
         """The style of one engine whose pipeline stages hold `layers_per_stage` layers."""
         return replace(self, dispatch_floor_s=self.dispatch_s_per_layer * layers_per_stage)

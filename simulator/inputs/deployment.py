@@ -213,6 +213,11 @@ class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `k
     router: Router = "round_robin"
     speculative: SpeculativeConfig | None = None
 
+    @property
+    def engine_types(self) -> tuple[tuple[str, _Worker], ...]:
+        """Each engine type with the key path it sits at: here the deployment itself."""
+        return (("deployment", self),)
+
     @field_validator("speculative")
     @classmethod
     def _verify_fits_a_step(
@@ -261,6 +266,11 @@ class DisaggregatedDeployment(_Strict):
     decode: WorkerPool = WorkerPool()
     kv_transfer: KVTransfer = KVTransfer()
     router: Router = "round_robin"
+
+    @property
+    def engine_types(self) -> tuple[tuple[str, _Worker], ...]:
+        """Each engine type with the key path it sits at: the prefill pool, then decode."""
+        return (("deployment.prefill", self.prefill), ("deployment.decode", self.decode))
 
     @property
     def gpus_per_replica(self) -> int:

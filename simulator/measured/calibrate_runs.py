@@ -28,8 +28,9 @@ from simulator.calibration.params import (
     ObservationSet,
     Target,
 )
-from simulator.measured.predict import _REFUSAL_CATEGORY
+from simulator.measured.predict import REFUSAL_CATEGORY
 from simulator.measured.scenario import Mapped, Unsupported
+from simulator.progress import Progress
 
 # The host-cost keys of an engine style the fit moves, and the bounds around the shipped value.
 HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us")
@@ -110,16 +111,6 @@ def config_key(m: Mapped) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
-def _explicit_overhead(dep: Any) -> bool:
-    pools = [dep.prefill, dep.decode] if hasattr(dep, "prefill") else [dep]
-    return any(getattr(p, "overhead", None) is not None for p in pools)
-
-
-def _pool_styles(dep: Any) -> tuple[str, ...]:
-    pools = [dep.prefill, dep.decode] if hasattr(dep, "prefill") else [dep]
-    return tuple(dict.fromkeys(str(p.engine) for p in pools))
-
-
 def _prepare(m: Mapped) -> _Prepared:
     """Validate, build and draw the stream of one mapped run (raises what scoring catches)."""
     import simulator
@@ -133,8 +124,10 @@ def _prepare(m: Mapped) -> _Prepared:
     assert engine is not None
     stream, _ = build_stream(loaded.scenario, loaded.base_dir, False,
                              engine.max_model_len or None)
-    dep = loaded.scenario.deployment
-    styles = () if _explicit_overhead(dep) else _pool_styles(dep)
+    pools = [pool for _, pool in loaded.scenario.deployment.engine_types]
+    # A run whose scenario sets its overhead keeps it: the fit moves only the styles' own.
+    explicit = any(pool.overhead is not None for pool in pools)
+    styles = () if explicit else tuple(dict.fromkeys(str(pool.engine) for pool in pools))
     return _Prepared(loaded.scenario, engine, stream, styles)
 
 
@@ -142,14 +135,11 @@ def _restyled(engine: Any, values: Mapping[str, float]) -> Any:
     """The engine (and its prefill pool) with each style's host cost from `values` (us)."""
     def one(e: Any) -> Any:
         name = e.style.name
-        step = values.get(f"{name}.cpu_step_us")
-        per = values.get(f"{name}.cpu_per_seq_us")
-        style = e.style
-        if step is not None:
-            style = replace(style, cpu_step_s=step * 1e-6)
-        if per is not None:
-            style = replace(style, cpu_per_seq_s=per * 1e-6)
-        return replace(e, style=style)
+        step_us = values.get(f"{name}.cpu_step_us")
+        per_seq_us = values.get(f"{name}.cpu_per_seq_us")
+        return replace(e, style=e.style.with_host_cost(
+            None if step_us is None else step_us * 1e-6,
+            None if per_seq_us is None else per_seq_us * 1e-6))
 
     out = one(engine)
     if engine.prefill_pool is not None:
@@ -185,7 +175,7 @@ def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
     return tuple(out)
 
 
-def build_problem(mapped: Sequence[Mapped], progress: Any = None) -> RunProblem:
+def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None) -> RunProblem:
     """Prepare every mapped run; refused ones are counted by reason (as validate
     --measurements does); observations of runs without a finite estimate at the shipped
     values are dropped (counted)."""
@@ -200,14 +190,14 @@ def build_problem(mapped: Sequence[Mapped], progress: Any = None) -> RunProblem:
             refused[exc.category] += 1
             example.setdefault(exc.category, exc.detail)
         except ValueError as exc:
-            reason = _REFUSAL_CATEGORY.get(type(exc).__name__, "refused")
+            reason = REFUSAL_CATEGORY.get(type(exc).__name__, "refused")
             refused[reason] += 1
             example.setdefault(reason, str(exc).splitlines()[0] if str(exc) else reason)
         else:
             used.append(m)
             prepared.append(prep)
         if progress is not None:
-            progress.advance()
+            progress.step()
     styles = sorted({s for p in prepared for s in p.styles})
     params = host_parameters(styles)
     predictions = _Predictions(prepared)

@@ -19,7 +19,7 @@ from simulator.measured.scenario import Mapped, Unsupported
 
 # Exception class names (not imported: the cost model stays out of this module's imports)
 # that mean "the simulator cannot run this setup", not "the input is wrong".
-_REFUSAL_CATEGORY = {
+REFUSAL_CATEGORY = {
     "MemoryFitError": "does not fit in memory",
     "LayoutError": "layout refused",
     "ModelError": "model refused",
@@ -46,7 +46,7 @@ def score(item: tuple[Mapped, str]) -> dict[str, Any]:
     except Unsupported as exc:
         return {**out, "status": "refused", "reason": exc.category, "detail": exc.detail}
     except ValueError as exc:  # InputError and the model/layout/memory errors subclass it
-        category = _REFUSAL_CATEGORY.get(type(exc).__name__, "refused")
+        category = REFUSAL_CATEGORY.get(type(exc).__name__, "refused")
         return {**out, "status": "refused", "reason": category,
                 "detail": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
     except RuntimeError as exc:  # the engine gave up (e.g. stalled): listed, never dropped

@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
 from simulator.measured.run import Load, MeasuredRun, Pool
 
@@ -23,7 +24,8 @@ from simulator.measured.run import Load, MeasuredRun, Pool
 NOT_SHIPPED_MODELS = frozenset({"kimi-k2.5", "minimax-m2.5", "qwen3.5-397b-a17b", "glm-5"})
 NOT_SHIPPED_GPUS = frozenset({"b300", "gb300"})
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
-DEFAULT_TOKEN_BUDGET = 8192  # max_num_batched_tokens where not recorded (vLLM/TRT-LLM 8192)
+# max_num_batched_tokens where a file does not record it: the scenario schema's own default.
+DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].default
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
 
 

@@ -5,38 +5,14 @@ and p90 of |error| and the median signed error."""
 from __future__ import annotations
 
 import statistics
-import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from simulator.measured.predict import score
 from simulator.measured.scenario import Mapped
-
-Progress = Callable[[int, int, int], None]  # (done, total, refused)
-
-
-class StderrProgress:
-    """A progress line on stderr: rewritten in place on a terminal at most every half
-    second, otherwise one line per tenth of the runs, and always at the end."""
-
-    def __init__(self) -> None:
-        self.last = 0.0
-        self.tty = sys.stderr.isatty()
-
-    def __call__(self, done: int, total: int, refused: int) -> None:
-        now = time.monotonic()
-        step = max(1, total // 10)
-        if done != total and (now - self.last < 0.5 if self.tty else done % step):
-            return
-        self.last = now
-        text = f"scored {done}/{total} runs ({refused} refused)"
-        if self.tty:
-            print(f"\r{text}", end="\n" if done == total else "", file=sys.stderr, flush=True)
-        else:
-            print(text, file=sys.stderr, flush=True)
+from simulator.progress import Progress
 
 
 def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
@@ -44,16 +20,14 @@ def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
     """Each run's record, in input order; `workers` > 1 spreads them over processes."""
     items = [(m, method) for m in mapped]
     out: list[dict[str, Any]] = []
-    refused = 0
     results: Iterable[dict[str, Any]]
     pool = ProcessPoolExecutor(workers) if workers > 1 and len(items) > 1 else None
     try:
         results = pool.map(score, items, chunksize=4) if pool is not None else map(score, items)
         for rec in results:
             out.append(rec)
-            refused += rec["status"] == "refused"
             if progress is not None:
-                progress(len(out), len(items), refused)
+                progress.step()
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)

@@ -176,9 +176,7 @@ def _build_engine(
             f"gpu_memory_utilization"
         )
     if dep.overhead is not None:
-        style = replace(
-            style, cpu_step_s=dep.overhead.step_s, cpu_per_seq_s=dep.overhead.per_seq_s
-        )
+        style = style.with_host_cost(dep.overhead.step_s, dep.overhead.per_seq_s)
     cfg = SchedulerConfig(
         s.max_num_seqs,
         s.max_num_batched_tokens,

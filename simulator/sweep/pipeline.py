@@ -22,6 +22,7 @@ from typing import IO, Any
 import yaml
 
 from simulator.errors import InputError
+from simulator.progress import Progress
 from simulator.sweep import screen as screen_mod
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
 from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep
@@ -29,7 +30,6 @@ from simulator.sweep.recommend import slo_failures, slo_from_scenario
 from simulator.sweep.runners import (
     RAY_INSTALL_HINT,
     Evaluate,
-    Progress,
     RayMissingError,
     Task,
     evaluate_point,

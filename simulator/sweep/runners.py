@@ -10,13 +10,12 @@ and the sweep goes on.
 from __future__ import annotations
 
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import Any
 
 from simulator.cost import LayoutError, MemoryFitError
 from simulator.errors import InputError
@@ -86,48 +85,6 @@ def _describe_crash(exc: BaseException) -> str:
 
 def _crash_record(task: Task, exc: BaseException) -> Record:
     return make_record(task.key, task.values, "error", error=_describe_crash(exc))
-
-
-class Progress:
-    """Points done, rate and ETA: one rewritten line on a terminal, plain lines otherwise."""
-
-    def __init__(self, total: int, stream: IO[str] | None = None, every_s: float = 5.0,
-                 label: str = "sweep") -> None:
-        self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.every_s = every_s if not self.tty else 0.2
-        self.label = label
-        self.done = 0
-        self.t0 = time.perf_counter()
-        self._last = float("-inf")
-
-    def line(self) -> str:
-        elapsed = time.perf_counter() - self.t0
-        rate = self.done / elapsed if elapsed > 0 else 0.0
-        left = self.total - self.done
-        eta = f"{left / rate:.0f} s" if rate > 0 else "?"
-        return (f"{self.label}: {self.done}/{self.total} points, {rate:.1f} points/s, "
-                f"ETA {eta}")
-
-    def step(self, n: int = 1) -> None:
-        self.done += n
-        now = time.perf_counter()
-        if now - self._last >= self.every_s or self.done == self.total:
-            self._last = now
-            self._emit()
-
-    def _emit(self) -> None:
-        if self.tty:
-            self.stream.write("\r" + self.line() + "\033[K")
-        else:
-            self.stream.write(self.line() + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.tty and self.total:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def run_local(tasks: Sequence[Task], workers: int, on_record: OnRecord,

@@ -105,11 +105,8 @@ def check_workload_fits(scenario: Scenario, max_model_len: int, window_text: str
 def scenario_max_model_len(scenario: Scenario, arch: Architecture) -> tuple[int, str]:
     """The deployment's context window in tokens, and the words that name where it comes from.
     A disaggregated request must fit both pools."""
-    dep = scenario.deployment
-    pools = [("deployment", dep)] if dep.kind == "aggregated" else [
-        ("deployment.prefill", dep.prefill), ("deployment.decode", dep.decode)]
     best: tuple[int, str] | None = None
-    for key, pool in pools:
+    for key, pool in scenario.deployment.engine_types:
         n = engine_max_model_len(pool.max_model_len, arch, f"{key}.max_model_len")
         text = (f"{key}.max_model_len" if pool.max_model_len is not None
                 else f"{arch.name}'s context window (max_position_embeddings)")
