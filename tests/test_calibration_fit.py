@@ -219,3 +219,15 @@ def test_parameter_declarations_are_checked() -> None:
 
 
 
+
+def test_a_direction_the_fit_cannot_see_has_no_finite_error() -> None:
+    """Hand case: J = [[1, 0], [0, 0], [1, 0]] (the second parameter moves no row at the
+    fitted point), cost 1 over 3 rows, 2 parameters: s^2 = 2 x 1 / (3 - 2) = 2, and
+    Var(x_0) = s^2 / (1^2 + 1^2) = 1, so x_0's error is 1; x_1's is infinite (unknown), not
+    the 0 a pseudo-inverse of J'J would report."""
+    from simulator.calibration.fit import _std_errors
+
+    jac = np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    err = _std_errors(jac, cost=1.0, n_rows=3)
+    assert err[0] == pytest.approx(1.0)
+    assert math.isinf(err[1])

@@ -43,6 +43,11 @@ BAD_LOG_ERROR = 10.0
 # Where a parameter moves nothing at its prior, the fit looks again with it 3x higher (ln 3 on
 # the log scale) and starts a second descent from there, keeping the better end.
 PROBE_STEP = math.log(3.0)
+# Singular values of the fitted Jacobian at or below this fraction of the largest count as
+# unseen directions (J'J's condition then passes 1e16, float64's resolution), and a
+# parameter's squared share of such a direction below SHARE_FLOOR as none of it.
+SINGULAR_FLOOR = 1e-8
+SHARE_FLOOR = 1e-12
 
 
 def log_errors(predict: Predictor, values: Mapping[str, float], observations: ObservationSet,
@@ -172,8 +177,17 @@ def _std_errors(jac: FloatArray, cost: float, n_rows: int) -> FloatArray:
     with the loss-weighted Jacobian scipy returns (its J'J approximates the cost's Hessian)."""
     n = jac.shape[1]
     s2 = 2.0 * cost / max(n_rows - n, 1)
-    cov = np.linalg.pinv(jac.T @ jac) * s2
-    return np.asarray(np.sqrt(np.clip(np.diag(cov), 0.0, None)), dtype=np.float64)
+    # Var(x_j) = s^2 sum_k V_kj^2 / sigma_k^2 over the singular values of J. A direction J
+    # barely sees (sigma_k at or below SINGULAR_FLOOR of the largest: at the fitted point the
+    # soft-L1 weights can leave a parameter's rows with no say) has no finite variance: its
+    # parameters' errors are infinite (reported as unknown), not the zero a pseudo-inverse gives.
+    _, sigma, vt = np.linalg.svd(jac, full_matrices=False)
+    seen = sigma > SINGULAR_FLOOR * (sigma[0] if sigma.size else 0.0)
+    inv_sq = np.where(seen, 1.0 / np.where(seen, sigma, 1.0) ** 2, np.inf)
+    share = vt**2
+    counts = share > SHARE_FLOOR
+    terms = share * np.where(counts, inv_sq[:, None], 0.0)  # 0 x inf never formed
+    return np.asarray(np.sqrt(s2 * terms.sum(axis=0)), dtype=np.float64)
 
 
 def fit(params: Sequence[FreeParameter], observations: ObservationSet, predict: Predictor,
