@@ -254,3 +254,40 @@ def test_closed_loop_over_disaggregated_pools_follows_its_clients(concurrency: i
     assert est.run_output_tokens_per_s_per_gpu == pytest.approx(
         sim["output_tokens_per_s_per_gpu"], rel=0.05)
     assert est.ttft_mean_s == pytest.approx(sim["ttft_s"]["mean"], rel=0.10)
+
+
+# vLLM 0.12.0, Qwen3-32B BF16 on 8 x H100-SXM (TP 8), aiperf closed loop, 1024 in / 1024 out:
+# (concurrency, measured mean TTFT ms, id suffix) from ../shared/reference/silicon_calibration.csv
+# (rows qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x1024_c{C}_tp8_epnone_{N}).
+QWEN_TP8_TTFT_MS = ((8, 91.81, 33), (16, 100.77, 36), (32, 124.47, 39), (64, 180.31, 42),
+                    (128, 313.62, 45))
+
+
+def test_many_identical_clients_per_engine_do_not_stay_in_lockstep(tmp_path: Path) -> None:
+    """C identical closed-loop clients on one engine: if they stayed in lockstep, every round
+    would start with one burst of C prefills, and mean TTFT would grow about linearly in C (the
+    wave model: 184 -> 1483 ms from C = 8 to 128 here, 2.0x -> 4.7x the measured). The measured
+    TTFT grows 3.4x over that range, not 8x: clients drift apart (the first round's chunked
+    prefill staggers their finishes, and a real client's tokenization and network add jitter),
+    so the estimate takes the desynchronized steady state plus the first round's burst. Its
+    ratio to the measured must stay level across C (within 1.6x of each other) and within
+    [0.4, 1.5] of it (measured: 0.57, 0.57, 0.55, 0.49, 0.42); what is left is mostly a level
+    offset (the front end's per-request cost, issue 30), not the waves' growth with C."""
+    from simulator.measured.scenario import map_run
+    from simulator.measured.silicon import read_silicon
+
+    header = ("id,backend,backend_version,model,gpu,precision,gemm_quant_mode,moe_quant_mode,"
+              "mode,isl,osl,concurrency,batch_size,tp_size,pp_size,attention_dp_size,"
+              "moe_tp_size,moe_ep_size,ttft_ms,tpot_ms")
+    rows = [f"c{c}_{n},vllm,0.12.0,qwen3-32b,h100-sxm,,,,agg,1024,1024,{c},{c},8,1,,1,1,{t},10"
+            for c, t, n in QWEN_TP8_TTFT_MS]
+    path = tmp_path / "silicon.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    ratios = []
+    for run, (_, measured_ms, _) in zip(read_silicon(path), QWEN_TP8_TTFT_MS, strict=True):
+        mapped = map_run(run, None)
+        assert mapped.scenario is not None, mapped.refused
+        est = simulator.estimate(simulator.load_scenario(mapped.scenario))
+        ratios.append(est.ttft_mean_s * 1e3 / measured_ms)
+    assert all(0.4 <= r <= 1.5 for r in ratios), ratios
+    assert max(ratios) / min(ratios) <= 1.6, ratios

@@ -205,10 +205,11 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     e2e = drain_ttft + offset_mean + after_first_s + decode_steps(traffic, dec.unit) * dec.op.step_s
     run_tps = _run_throughput(scenario, stream, served, out_tok, e2e, population)
     batch = dec.op.batch
-    if population is not None and len(sides_in) == 1 and identical(traffic):
+    if population is not None and len(sides_in) == 1 and identical(traffic) and (
+            offline or population <= dec.count):
         active = max(1.0, min(float(dec.count), population))  # fewer in flight than units
         w = waves(dec.unit, traffic, population / active, n_req / active, offline)
-        notes.append("identical requests in a closed loop: synchronized waves (one prefill "
+        notes.append("identical requests in lockstep: synchronized waves (one prefill "
                      "burst, then lockstep decode)")
         tpot50 = tpot99 = w.tpot_s
         ttft_mean, ttft_p99 = w.ttft_mean_s + offset_mean, w.ttft_p99_s + offset_p99
