@@ -15,8 +15,8 @@ from sweep_helpers import REPO
 from simulator.cli.app import main
 from simulator.sweep import run_sweep
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, frontier_rows
-from simulator.sweep.recommend import slo_failures, slo_from_scenario
 from simulator.sweep.screen import Band, band_classes, plan_screen, point_class
+from simulator.sweep.slo import slo_failures, slo_from_scenario
 from simulator.sweep.store import make_record
 from simulator.sweep.table import read_csv
 

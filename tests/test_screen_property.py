@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, frontier_rows
-from simulator.sweep.recommend import slo_failures
 from simulator.sweep.screen import PREDICTED, Band, band_classes, plan_screen
+from simulator.sweep.slo import slo_failures
 from simulator.sweep.store import make_record
 
 AGG = {"deployment": {"kind": "aggregated"}, "workload": {"arrival": {"kind": "poisson"}}}

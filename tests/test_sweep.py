@@ -25,7 +25,8 @@ from simulator.sweep import expand, load_sweep, pareto_mask, run_sweep
 from simulator.sweep.cost import energy_j_per_output_token, usd_per_million_output_tokens
 from simulator.sweep.export import bench_command, hf_repo_id, launch_commands
 from simulator.sweep.expr import parse_constraint
-from simulator.sweep.recommend import format_recommendation, parse_slo, recommend
+from simulator.sweep.recommend import format_recommendation, recommend
+from simulator.sweep.slo import parse_slo
 from simulator.sweep.store import ResultStore, make_record
 from simulator.sweep.table import read_csv
 

@@ -88,7 +88,7 @@ def _sweep_rows(sweep_dir: str, prices: dict[str, float]) -> tuple[Path, list[st
     """Rows and swept axes of a sweep folder, the cost column repriced with `prices`."""
     from simulator.report.sweep_report import load_sweep_dir
     from simulator.sweep.cost import mean_price_per_gpu_hour, usd_per_million_output_tokens
-    from simulator.sweep.recommend import point_scenario
+    from simulator.sweep.store import point_scenario
     from simulator.sweep.table import COST_COLUMN, number
 
     path = Path(sweep_dir)
@@ -105,12 +105,38 @@ def _sweep_rows(sweep_dir: str, prices: dict[str, float]) -> tuple[Path, list[st
 
 
 def _targets(path: Path, rows: list[dict[str, Any]], slo: tuple[str, ...]) -> dict[str, float]:
-    from simulator.sweep.recommend import parse_slo, point_scenario, slo_from_scenario
+    from simulator.sweep.slo import parse_slo, slo_from_scenario
+    from simulator.sweep.store import point_scenario
 
     if slo:
         return parse_slo(slo)
     first = next((r for r in rows if r.get("point_status") == "ok"), None)
     return slo_from_scenario(point_scenario(path, str(first["point_id"])) if first else None)
+
+
+_CAPACITY_HELP = (
+    "Judge each config at its capacity, the highest arrival rate whose runs meet the SLO, "
+    "found by search (the estimate brackets it, simulations settle it to 5 %), instead of at "
+    "the load the sweep offered it. [default: on with --rate or --gpus]")
+
+
+def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float],
+                search: bool | None, sized: bool) -> Any:
+    """Point id -> searched capacity, or None when the search is off."""
+    from simulator.progress import Progress
+    from simulator.sweep.capacity import sweep_capacities
+
+    if not (sized if search is None else search) or not targets:
+        return None
+    progress = Progress(len(rows), label="capacity", unit="points")
+    caps = sweep_capacities(rows, path, targets, on_done=progress.step)
+    progress.close()
+    return caps
+
+
+def _capacity_option(f: Any) -> Any:
+    return click.option("--capacity/--no-capacity", "capacity", default=None,
+                        help=_CAPACITY_HELP)(f)
 
 
 @click.command()
@@ -128,9 +154,10 @@ def _targets(path: Path, rows: list[dict[str, Any]], slo: tuple[str, ...]) -> di
               help="Only configs whose published quality drop is at most PCT % (configs whose "
                    "quality is unknown are excluded, and counted).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
+@_capacity_option
 def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: float | None,
               gpu_price: tuple[str, ...], runner_ups: int, max_quality_drop_pct: float | None,
-              as_json: bool) -> None:
+              as_json: bool, capacity: bool | None) -> None:
     """The best config of a finished sweep under an SLO, and why the runner-ups lost."""
     from simulator.sweep.cost import gpu_prices
     from simulator.sweep.quality_gate import UNKNOWN_REASON
@@ -143,8 +170,9 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
     if not targets:
         raise InputError("recommend: give at least one --slo (e.g. --slo ttft_p99_s=2); the "
                          "sweep's scenario has no slo: either")
+    caps = _capacities(path, rows, targets, capacity, rate is not None or gpus is not None)
     rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices,
-               max_quality_drop_pct=max_quality_drop_pct)
+               max_quality_drop_pct=max_quality_drop_pct, capacities=caps)
     if as_json:
         w = rec.winner
         data = {
@@ -152,6 +180,8 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
             "ranked": [{"point_id": c.row.get("point_id"),
                         "values": {a: c.row.get(a) for a in axes},
                         "copies": c.copies, "gpus_per_copy": c.gpus,
+                        "requests_per_s_per_copy": c.requests_per_s,
+                        "capacity": None if c.capacity is None else c.capacity.to_dict(),
                         "usd_per_hour": c.usd_per_hour,
                         "quality_delta_pct": c.row.get("quality.delta_pct"),
                         "quality_basis": c.row.get("quality.basis"),
@@ -181,22 +211,30 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
 @click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write a shell script instead of printing.")
+@_capacity_option
 def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus: int | None,
-               rate: float | None, gpu_price: tuple[str, ...], out_file: str | None) -> None:
+               rate: float | None, gpu_price: tuple[str, ...], out_file: str | None,
+               capacity: bool | None) -> None:
     """The K best configs as engine launch commands plus matching `vllm bench serve` loads."""
+    from simulator.sweep.capacity import at_rate
     from simulator.sweep.cost import gpu_prices
-    from simulator.sweep.export import bench_command, launch_commands
+    from simulator.sweep.export import bench_command, launch_commands, with_copies
     from simulator.sweep.frontier import DEFAULT_Y, frontier_rows
-    from simulator.sweep.recommend import describe, point_scenario
+    from simulator.sweep.recommend import describe
     from simulator.sweep.recommend import recommend as rank
+    from simulator.sweep.store import point_scenario
     from simulator.sweep.table import number
 
     prices = gpu_prices(gpu_price)
     path, axes, rows = _sweep_rows(sweep_dir, prices)
     targets = _targets(path, rows, slo)
+    copies: dict[str, int] = {}
     if targets:
-        rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices)
+        caps = _capacities(path, rows, targets, capacity, rate is not None or gpus is not None)
+        rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices,
+                   capacities=caps)
         chosen = [c.row for c in rec.ranked[:top]]
+        copies = {str(c.row["point_id"]): c.copies for c in rec.ranked[:top]}
         how = "ranked like `frontier recommend` within SLO " + ", ".join(
             f"{k} <= {v:g} s" for k, v in targets.items())
     else:
@@ -222,6 +260,12 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
                 facts.append(f"{v:.4g} {label}")
         out.append(f"\n# {i}. {describe(row, axes)}\n#    predicted: {', '.join(facts)}\n"
                    f"#    scenario: {path / 'points' / (str(row['point_id']) + '.yaml')}")
+        n = copies.get(str(row["point_id"]), 1)
+        if n > 1:
+            out.append(f"#    {n} copies of this point's deployment (recommend's sizing)")
+            scenario = with_copies(scenario, n)
+        if rate is not None:
+            scenario = at_rate(scenario, rate)
         out.extend(launch_commands(scenario, engine))
         out.append("# load (run once the server is up):")
         out.extend(bench_command(scenario, engine))

@@ -104,7 +104,7 @@ def _report_frontier(rows: list[Row], manifest: Mapping[str, Any], x: Axis, y: A
     misses, of the points within the SLO."""
     within = manifest.get("frontier_within_slo") or {}
     if within:
-        from simulator.sweep.recommend import slo_failures
+        from simulator.sweep.slo import slo_failures
 
         return frontier_rows([r for r in rows if not slo_failures(r, within)], x, y)
     return frontier_rows(rows, x, y)

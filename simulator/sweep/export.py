@@ -24,7 +24,24 @@ from simulator.sweep.launch_flags import (
     replica_lines,
 )
 
-__all__ = ["ENGINES", "TRTLLM_EXTRA", "bench_command", "hf_repo_id", "launch_commands"]
+__all__ = ["ENGINES", "TRTLLM_EXTRA", "bench_command", "hf_repo_id", "launch_commands",
+           "with_copies"]
+
+
+def with_copies(scenario: Mapping[str, Any], copies: int) -> dict[str, Any]:
+    """The scenario with `copies` times its replicas (each pool's, when disaggregated): what
+    `recommend --rate` sizes, so the exported launch matches its answer."""
+    s = dict(scenario)
+    dep = dict(s.get("deployment") or {})
+    if dep.get("kind", "aggregated") == "aggregated":
+        dep["replicas"] = int(dep.get("replicas", 1)) * copies
+    else:
+        for side in ("prefill", "decode"):
+            pool = dict(dep.get(side) or {})
+            pool["replicas"] = int(pool.get("replicas", 1)) * copies
+            dep[side] = pool
+    s["deployment"] = dep
+    return s
 
 
 def launch_commands(scenario: Mapping[str, Any], engine: str) -> list[str]:

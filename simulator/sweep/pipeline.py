@@ -26,7 +26,6 @@ from simulator.progress import Progress
 from simulator.sweep import screen as screen_mod
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
 from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep
-from simulator.sweep.recommend import slo_failures, slo_from_scenario
 from simulator.sweep.runners import (
     RAY_INSTALL_HINT,
     Evaluate,
@@ -37,6 +36,7 @@ from simulator.sweep.runners import (
     run_local,
     run_ray,
 )
+from simulator.sweep.slo import slo_failures, slo_from_scenario
 from simulator.sweep.store import (
     STORE_NAME,
     Record,

@@ -4,9 +4,13 @@ lost.
 A point meets the SLO when its run completed, dropped no request, and each named latency
 percentile is within its target. Then, among those points:
 
-- `--rate R`: copies = ceil(R / the point's achieved requests/s); the cheapest total (USD per
-  hour when every GPU has a price, else the fewest GPUs) wins;
+- `--rate R`: copies = ceil(R / the config's capacity); the cheapest total (USD per hour when
+  every GPU has a price, else the fewest GPUs) wins;
 - `--gpus N`: copies = floor(N / the point's GPUs); the most requests/s in N GPUs wins;
+
+where a config's capacity is the highest rate its runs meet the SLO at, searched
+(sweep/capacity.py), or without the search the rate the point's finite run achieved (which
+counts its ramp and drain, so it under-states the capacity);
 - neither: the most requests/s per GPU wins.
 
 Ties go to the faster per-user speed (output tokens/s per user, p50), then to the point id.
@@ -14,85 +18,25 @@ Ties go to the faster per-user speed (output tokens/s per user, p50), then to th
 
 from __future__ import annotations
 
-import functools
 import math
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from simulator.errors import InputError
 from simulator.sweep import quality_gate
+from simulator.sweep.capacity import Capacity
 from simulator.sweep.cost import (
     gpu_label,
     mean_price_per_gpu_hour,
-    parse_positive_pairs,
     price_per_gpu_hour,
 )
+from simulator.sweep.slo import slo_failures
+from simulator.sweep.store import point_scenario
 from simulator.sweep.table import Row, number
 
-_SLO_NAME = re.compile(r"^([a-z0-9]+(?:_[a-z0-9]+)*?)_(p\d{1,2}|mean)_s$")
 PER_USER = "output_tokens_per_s_per_user.p50"
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def slo_column(name: str) -> str:
-    """'ttft_p99_s' -> 'ttft_s.p99' (the results.csv column the target bounds)."""
-    if "." in name:
-        return name
-    m = _SLO_NAME.match(name)
-    if not m:
-        raise InputError(f"--slo {name!r}: expected METRIC_PNN_s=SECONDS, e.g. ttft_p99_s=2 or "
-                         f"tpot_p99_s=0.05")
-    return f"{m.group(1)}_s.{m.group(2)}"
-
-
-def parse_slo(items: Sequence[str]) -> dict[str, float]:
-    """['ttft_p99_s=2', ...] -> {'ttft_s.p99': 2.0, ...}."""
-    form = "NAME=SECONDS with a positive number, e.g. ttft_p99_s=2"
-    pairs = parse_positive_pairs(items, "--slo", form)
-    return {slo_column(name): limit for name, limit in pairs.items()}
-
-
-def slo_from_scenario(scenario: Mapping[str, Any] | None) -> dict[str, float]:
-    slo = (scenario or {}).get("slo") or {}
-    return {slo_column(k): float(v) for k, v in slo.items() if v is not None}
-
-
-@functools.lru_cache(maxsize=4096)
-def _read_point(path: str) -> dict[str, Any] | None:
-    try:
-        data = yaml.load(Path(path).read_text(), Loader=_Loader)
-    except (OSError, yaml.YAMLError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def point_scenario(sweep_dir: Path, point_id: str) -> dict[str, Any] | None:
-    return _read_point(str(sweep_dir / "points" / f"{point_id}.yaml"))
-
-
-def slo_failures(row: Row, targets: Mapping[str, float]) -> list[str]:
-    """Why a row misses the SLO (empty: it meets it)."""
-    why = []
-    if row.get("point_status", "ok") != "ok":
-        return [f"not simulated ({row.get('point_status')})"]
-    if row.get("status", "completed") != "completed":
-        why.append(f"run stopped early ({row.get('status')}): overloaded")
-    dropped = number(row, "requests_dropped") or 0
-    if dropped > 0:
-        why.append(f"dropped {dropped:.0f} requests")
-    for col, limit in targets.items():
-        v = number(row, col)
-        if v is None:
-            why.append(f"{col} unknown")
-        elif v > limit:
-            why.append(f"{col} {v:.3g} s > {limit:g} s")
-    return why
 
 
 @dataclass
@@ -104,6 +48,7 @@ class Candidate:
     copies: int
     usd_per_hour: float | None
     score: tuple[float, ...] = ()
+    capacity: Capacity | None = None  # searched; None: the run's achieved rate
 
     @property
     def total_gpus(self) -> int:
@@ -124,6 +69,7 @@ class Recommendation:
     unpriced_gpus: list[str] = field(default_factory=list)
     load: float | None = None
     max_quality_drop_pct: float | None = None
+    searched: bool = False  # capacities by search (else the runs' achieved rates)
 
     @property
     def winner(self) -> Candidate | None:
@@ -134,22 +80,34 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
               gpus: int | None = None, rate: float | None = None,
               prices: Mapping[str, float] | None = None,
               gpu_of: Mapping[str, str] | None = None,
-              max_quality_drop_pct: float | None = None) -> Recommendation:
+              max_quality_drop_pct: float | None = None,
+              capacities: Mapping[str, Capacity] | None = None) -> Recommendation:
     """Rank the rows that meet the SLO (module docstring). `gpu_of` maps point ids to GPU
     profile names when no sweep folder is given. Under `max_quality_drop_pct` a row must also
-    have a published quality drop within it (unknown quality never passes)."""
+    have a published quality drop within it (unknown quality never passes). With
+    `capacities` (point id -> searched capacity) a point's config is judged at its capacity,
+    not at the load the sweep offered it, and points of one config count once."""
     if gpus is not None and rate is not None:
         raise InputError("give --gpus or --rate, not both")
     prices = prices or {}
     cands: list[Candidate] = []
     failing: list[tuple[Row, list[str]]] = []
+    configs: set[str] = set()
     for row in rows:
-        why = slo_failures(row, targets)
+        cap = (capacities or {}).get(str(row.get("point_id", "")))
+        if cap is not None and cap.config in configs:
+            continue  # another load of a config already judged at its capacity
+        if cap is not None:
+            configs.add(cap.config)
+            why = [] if cap.rate_per_s > 0 else [cap.describe()]
+            rps = cap.rate_per_s
+        else:
+            why = slo_failures(row, targets)
+            rps = number(row, "requests_per_s") or 0.0
         if row.get("point_status", "ok") == "ok":
             why += quality_gate.row_failures(row.get("quality.basis"),
                                              number(row, "quality.delta_pct"),
                                              max_quality_drop_pct)
-        rps = number(row, "requests_per_s") or 0.0
         per_copy = int(number(row, "num_gpus") or 0)
         if not why and (rps <= 0 or per_copy <= 0):
             why = ["served no request"]
@@ -176,7 +134,7 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
         else:
             price = price_per_gpu_hour(gpu, prices) if gpu else None
         usd = None if price is None else price * copies * per_copy
-        cands.append(Candidate(row, gpu, per_copy, rps, copies, usd))
+        cands.append(Candidate(row, gpu, per_copy, rps, copies, usd, capacity=cap))
     priced = bool(cands) and all(c.usd_per_hour is not None for c in cands)
     unpriced = sorted({c.gpu or "?" for c in cands if c.usd_per_hour is None})
     for c in cands:
@@ -192,7 +150,7 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
     mode = "rate" if rate is not None else "gpus" if gpus is not None else "per_gpu"
     load = rate if rate is not None else float(gpus) if gpus is not None else None
     return Recommendation(mode, dict(targets), cands, failing, priced, unpriced, load,
-                          max_quality_drop_pct)
+                          max_quality_drop_pct, searched=capacities is not None)
 
 
 def why_lost(c: Candidate, w: Candidate, rec: Recommendation) -> str:
@@ -236,6 +194,8 @@ def describe(row: Row, axes: Sequence[str]) -> str:
 
 def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: Path | None,
                           runner_ups: int = 5) -> list[str]:
+    if rec.searched:  # a config is judged at its capacity: the swept load names nothing
+        axes = [a for a in axes if not a.startswith("workload.arrival.")] or list(axes)
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in rec.targets.items()) or "(none)"
     if rec.mode == "rate":
         goal = f"cheapest config serving {rec.load:g} req/s"
@@ -250,7 +210,12 @@ def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: P
                      "points excluded because their quality is unknown (nothing published "
                      "for their model and formats)")
     n_ok = len(rec.ranked)
-    lines.append(f"{n_ok} of {n_ok + len(rec.failing)} simulated points meet it")
+    if rec.searched:
+        lines.append(f"{n_ok} of {n_ok + len(rec.failing)} configs meet it at some load; each "
+                     "judged at its capacity, the highest rate whose runs meet the SLO, found "
+                     "by search (estimate bracket, then simulation to 5 %)")
+    else:
+        lines.append(f"{n_ok} of {n_ok + len(rec.failing)} simulated points meet it")
     if rec.mode == "rate" and not rec.priced and rec.ranked:
         lines.append(
             f"cost: no GPU price known for {', '.join(rec.unpriced_gpus)} (the profile has "
@@ -286,17 +251,19 @@ def _facts(c: Candidate) -> str:
     r = c.row
     parts = [f"{c.copies} × {c.gpus} GPU{'s' if c.gpus != 1 else ''}" if c.copies > 1
              else f"{c.gpus} GPU{'s' if c.gpus != 1 else ''}",
-             f"{c.requests_per_s:.3g} req/s per copy"]
+             f"capacity {c.capacity.describe()} per copy" if c.capacity is not None
+             else f"{c.requests_per_s:.3g} req/s per copy (the run's achieved rate)"]
     if c.usd_per_hour is not None:
         parts.append(f"${c.usd_per_hour:,.2f}/h")
     cost = number(r, "usd_per_million_output_tokens")
-    if cost is not None:
+    if cost is not None and c.capacity is None:  # the sweep's load, not the capacity's
         parts.append(f"${cost:.3g} per million output tokens")
+    at = "" if c.capacity is None else " at the sweep's load"
     for col, label in (("ttft_s.p99", "TTFT p99"), ("tpot_s.p99", "TPOT p99")):
         v = number(r, col)
         if v is not None:
-            parts.append(f"{label} {v:.3g} s")
-    parts.append(f"{c.per_user:.1f} tok/s per user")
+            parts.append(f"{label} {v:.3g} s{at}")
+    parts.append(f"{c.per_user:.1f} tok/s per user{at}")
     delta = number(r, "quality.delta_pct")
     basis = r.get("quality.basis")
     if basis:

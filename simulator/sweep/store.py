@@ -14,12 +14,16 @@ sweep on the same `--out` is refused with one line naming the holder's pid.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict
 
+import yaml
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STORE_NAME = "store.jsonl"
 LOCK_NAME = "sweep.lock"
 
@@ -177,3 +181,16 @@ def write_atomic(path: Path, text: str | Iterable[str], *, durable: bool = True)
         if durable:
             os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_point(path: str) -> dict[str, Any] | None:
+    try:
+        data = yaml.load(Path(path).read_text(), Loader=_Loader)
+    except (OSError, yaml.YAMLError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def point_scenario(sweep_dir: Path, point_id: str) -> dict[str, Any] | None:
+    return _read_point(str(sweep_dir / "points" / f"{point_id}.yaml"))

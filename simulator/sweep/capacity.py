@@ -1,0 +1,211 @@
+"""A config's capacity under an SLO: the highest offered arrival rate whose run meets it.
+
+A finite run offered R requests/s completes fewer than R per second (its ramp and drain are
+inside the run), so reading a run's achieved rate as the config's capacity under-sizes it (20
+offered, 18.6 achieved: two copies where one serves). The capacity is searched instead: the
+closed-form estimate brackets it (cheap: bisection on the rate over its steady state), then the
+simulation bisects around that bracket until the rate that meets the SLO and the rate that
+misses it are within `rel_tol`. The answer says whether the search found a missing rate above
+it (the point was pushed to saturation) or ran out of runs first."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+# Arrival kinds whose rate the search moves; closed loops and offline runs become Poisson (a
+# capacity is a rate), trace replays are not searched (their rate is the trace's).
+RATED = ("poisson", "gamma", "constant")
+MIN_REQUESTS = 200  # fewer gives a p99 of two requests
+MIN_DURATION_S = 60.0  # arrivals span at least this long: a backlog has time to show
+# A run whose queue wait grows by more than this many seconds per second of arrivals is
+# overloaded (arrivals outpace service by about that fraction), whatever its SLO says: a
+# TPOT-only target is met by an engine whose waiting queue grows without bound.
+MAX_WAIT_GROWTH = 0.02
+GROWTH = 1.5  # step of the search outward from the estimate's bracket
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The highest rate found to meet the SLO, and how it was found."""
+
+    rate_per_s: float  # 0: the SLO is missed even at the lowest rate tried
+    saturated: bool  # a rate above it was simulated and missed the SLO
+    upper_per_s: float | None  # the lowest rate simulated that missed it
+    simulations: int
+    estimate_per_s: float  # the estimate's bracket (its highest rate meeting the SLO)
+    why_missed: str = ""  # what the lowest missing rate missed
+    config: str = ""  # the config searched (points differing only in load share it)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rate_per_s": self.rate_per_s, "saturated": self.saturated,
+                "upper_per_s": self.upper_per_s, "simulations": self.simulations,
+                "estimate_per_s": self.estimate_per_s, "why_missed": self.why_missed}
+
+    def describe(self) -> str:
+        """'17.2 req/s by search (misses the SLO at 17.7: tpot_s.p99 ...)'."""
+        if self.rate_per_s <= 0:
+            return f"misses the SLO at every rate searched ({self.why_missed})"
+        if self.saturated:
+            return (f"{self.rate_per_s:.3g} req/s by search (misses the SLO at "
+                    f"{self.upper_per_s:.3g}: {self.why_missed})")
+        return (f"at least {self.rate_per_s:.3g} req/s by search (not pushed to its limit in "
+                f"{self.simulations} runs)")
+
+
+# The estimate's figure for each SLO column it predicts (others are judged by the simulation).
+_ESTIMATED = {"ttft_s.p99": "ttft_p99_s", "ttft_s.mean": "ttft_mean_s",
+              "tpot_s.p99": "tpot_p99_s", "tpot_s.p50": "tpot_p50_s",
+              "tpot_s.mean": "tpot_p50_s"}
+
+
+def searchable(scenario: Mapping[str, Any]) -> bool:
+    """Whether the search can move this scenario's arrival rate (not a trace replay)."""
+    kind = ((scenario.get("workload") or {}).get("arrival") or {}).get("kind")
+    return kind != "trace"
+
+
+def config_key(scenario: Mapping[str, Any]) -> str:
+    """A digest of the scenario without its arrival process: points of a sweep's load axis
+    share it."""
+    s = copy.deepcopy(dict(scenario))
+    wl = dict(s.get("workload") or {})
+    wl.pop("arrival", None)
+    s["workload"] = wl
+    s.pop("name", None)
+    text = json.dumps(s, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def at_rate(scenario: Mapping[str, Any], rate_per_s: float) -> dict[str, Any]:
+    """The scenario offered `rate_per_s` (Poisson where it was a closed loop or offline), run
+    over at least MIN_REQUESTS requests and MIN_DURATION_S of arrivals."""
+    s = copy.deepcopy(dict(scenario))
+    wl = s.setdefault("workload", {})
+    arrival = dict(wl.get("arrival") or {})
+    if arrival.get("kind") not in RATED:
+        arrival = {"kind": "poisson"}
+    arrival["rate_per_s"] = rate_per_s
+    wl["arrival"] = arrival
+    wl["num_requests"] = max(int(wl.get("num_requests", MIN_REQUESTS)), MIN_REQUESTS,
+                             math.ceil(rate_per_s * MIN_DURATION_S))
+    return s
+
+
+Judge = Callable[[dict[str, Any]], list[str]]
+
+
+def _estimate_meets(scenario: Mapping[str, Any], targets: Mapping[str, float]
+                    ) -> tuple[Callable[[float], bool], float]:
+    """(does the estimate meet the SLO at a rate, the estimated capacity in requests/s)."""
+    import simulator
+
+    def est(rate: float) -> Any:
+        return simulator.estimate(simulator.load_scenario(at_rate(scenario, rate)))
+
+    cap = est(1e-3).capacity_per_s
+
+    def meets(rate: float) -> bool:
+        e = est(rate)
+        return e.stable and all(getattr(e, _ESTIMATED[c]) <= v
+                                for c, v in targets.items() if c in _ESTIMATED)
+    return meets, cap
+
+
+def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float]) -> list[str]:
+    """Why one simulated run of `scenario` misses the SLO (empty: it meets it)."""
+    import simulator
+    from simulator.sweep.slo import slo_failures
+    from simulator.sweep.table import flatten
+
+    result = simulator.simulate(simulator.load_scenario(scenario))
+    why = slo_failures(flatten(result.to_dict()), targets)
+    growth = wait_growth(result.requests["arrival_s"], result.requests["scheduled_s"])
+    if growth > MAX_WAIT_GROWTH:
+        why.append(f"overloaded (queue wait grows {growth:.2g} s per s)")
+    return why
+
+
+def wait_growth(arrival_s: npt.NDArray[np.float64], scheduled_s: npt.NDArray[np.float64]
+                ) -> float:
+    """Least-squares slope of queue wait against arrival time over the scheduled requests
+    (0 for a stable queue, the overload fraction for a growing one)."""
+    ok = np.isfinite(scheduled_s)
+    t, w = arrival_s[ok], scheduled_s[ok] - arrival_s[ok]
+    if len(t) < 3 or float(np.ptp(t)) <= 0:
+        return 0.0
+    return float(np.polyfit(t, w, 1)[0])
+
+
+def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
+                 rel_tol: float = 0.05, max_simulations: int = 8,
+                 judge: Judge | None = None) -> Capacity:
+    """The highest rate meeting `targets` ('ttft_s.p99' -> seconds, ...): the estimate's
+    bisection brackets it, the simulation (`judge`, for tests) settles it within `rel_tol`."""
+    judge = judge or (lambda s: simulate_failures(s, targets))
+    meets, cap = _estimate_meets(scenario, targets)
+    lo_e, hi_e = 0.0, cap
+    if meets(cap * (1 - 1e-6)):
+        lo_e = cap * (1 - 1e-6)
+    else:
+        for _ in range(40):
+            mid = (lo_e + hi_e) / 2
+            lo_e, hi_e = (mid, hi_e) if meets(mid) else (lo_e, mid)
+            if hi_e - lo_e <= rel_tol / 4 * hi_e:
+                break
+    start = lo_e if lo_e > 0 else cap * 0.05
+    lo, hi, why_hi, runs = 0.0, None, "", 0
+    rate = start
+    # Outward from the estimate until one rate meets and one misses, then bisect.
+    while runs < max_simulations:
+        why = judge(at_rate(scenario, rate))
+        runs += 1
+        if why:
+            hi, why_hi = rate, "; ".join(why)
+        else:
+            lo = rate
+        if hi is None:
+            rate = rate * GROWTH
+        elif lo == 0.0:
+            rate = rate / GROWTH ** 2
+            if rate < start * 1e-3:
+                break
+        elif hi - lo <= rel_tol * lo:
+            break
+        else:
+            rate = (lo + hi) / 2
+    return Capacity(lo, hi is not None and lo > 0, hi, runs, lo_e, why_hi)
+
+
+def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
+                     targets: Mapping[str, float], on_done: Callable[[], None] | None = None,
+                     ) -> dict[str, Capacity]:
+    """Point id -> its config's capacity, for every simulated point whose arrival rate can be
+    searched; points differing only in load are searched once."""
+    from simulator.sweep.store import point_scenario
+
+    out: dict[str, Capacity] = {}
+    done: dict[str, Capacity] = {}
+    for row in rows:
+        pid = str(row.get("point_id", ""))
+        scenario = point_scenario(sweep_dir, pid)
+        if row.get("point_status", "ok") != "ok" or not scenario or not searchable(scenario):
+            if on_done is not None:
+                on_done()
+            continue
+        key = config_key(scenario)
+        if key not in done:
+            done[key] = replace(slo_capacity(scenario, targets), config=key)
+        out[pid] = done[key]
+        if on_done is not None:
+            on_done()
+    return out
