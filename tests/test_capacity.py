@@ -107,11 +107,14 @@ def test_recommend_sizes_copies_from_the_capacity_and_export_agrees(
     cap = slo_capacity(CHAT | {"workload": CHAT["workload"] | {"num_requests": 300}}, TARGETS)
     rate = f"{cap.rate_per_s:.6f}"
     slo = ["--slo", "ttft_p99_s=1", "--slo", "tpot_p99_s=0.05"]
-    code, out, err = run_cli(["recommend", str(sweep), *slo, "--rate", rate, "--json"], capsys)
+    code, out, err = run_cli(["recommend", str(sweep), *slo, "--rate", rate, "--json",
+                              "--gpu-price", "h100-sxm=2"], capsys)
     assert code == 0, err
     ranked = json.loads(out)["ranked"]
     assert len(ranked) == 1 and ranked[0]["copies"] == 1
     assert ranked[0]["capacity"]["saturated"]
+    # One GPU at $2/h serving the asked rate: $2 / 3600 / rate per request.
+    assert ranked[0]["costs"]["usd_per_request"] == pytest.approx(2 / 3600 / float(rate))
 
     code, out, err = run_cli(["recommend", str(sweep), *slo, "--rate", rate, "--json",
                               "--no-capacity"], capsys)

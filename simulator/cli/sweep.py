@@ -183,6 +183,7 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
                         "requests_per_s_per_copy": c.requests_per_s,
                         "capacity": None if c.capacity is None else c.capacity.to_dict(),
                         "usd_per_hour": c.usd_per_hour,
+                        "costs": c.costs(rec.load if rec.mode == "rate" else None),
                         "quality_delta_pct": c.row.get("quality.delta_pct"),
                         "quality_basis": c.row.get("quality.basis"),
                         "why_lost": None if w is None or c is w else why_lost(c, w, rec)}

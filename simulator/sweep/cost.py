@@ -46,11 +46,21 @@ def parse_prices(items: Sequence[str], where: str = "--gpu-price") -> dict[str, 
 
 
 def gpu_prices(cli_items: Sequence[str] = ()) -> dict[str, float]:
-    """Prices from FRONTIER_GPU_PRICES, overridden by the CLI's --gpu-price items."""
+    """Prices from FRONTIER_GPU_PRICES, overridden by the CLI's --gpu-price items; a GPU that
+    is no hardware profile is refused (a misspelt name would silently price nothing)."""
+    from simulator.hardware.profile import profile_paths
+
     env = os.environ.get(PRICES_ENV, "")
     items = [p.strip() for p in env.replace(";", ",").split(",") if p.strip()]
-    prices = parse_prices(items, PRICES_ENV)
-    prices.update(parse_prices(cli_items))
+    known = profile_paths()
+    prices: dict[str, float] = {}
+    for where, group in ((PRICES_ENV, items), ("--gpu-price", list(cli_items))):
+        parsed = parse_prices(group, where)
+        for name in parsed:
+            if name not in known:
+                raise InputError(f"{where} {name}={parsed[name]:g}: unknown GPU {name!r}; "
+                                 f"known: {', '.join(sorted(known))}")
+        prices.update(parsed)
     return prices
 
 
@@ -121,6 +131,24 @@ def usd_per_million_output_tokens(
     if usd_per_gpu_hour is None or not output_tokens_per_s > 0:
         return None
     return num_gpus * usd_per_gpu_hour / 3600.0 / output_tokens_per_s * 1e6
+
+
+def serving_costs(usd_per_hour: float, requests_per_s: float, input_tokens: float,
+                  output_tokens: float) -> dict[str, float]:
+    """What people compare, for a deployment costing `usd_per_hour` while it serves
+    `requests_per_s` of `input_tokens` in and `output_tokens` out (means per request): per
+    hour, per request, and per million tokens charged all to output, all to input, or blended
+    over both at the workload's ratio."""
+    per_s = usd_per_hour / 3600.0
+    out: dict[str, float] = {"usd_per_hour": usd_per_hour}
+    if requests_per_s > 0:
+        out["usd_per_request"] = per_s / requests_per_s
+        for key, tokens in (("usd_per_million_input_tokens", input_tokens),
+                            ("usd_per_million_output_tokens", output_tokens),
+                            ("usd_per_million_tokens_blended", input_tokens + output_tokens)):
+            if tokens > 0:
+                out[key] = per_s / (requests_per_s * tokens) * 1e6
+    return out
 
 
 def energy_j_per_output_token(

@@ -31,6 +31,7 @@ from simulator.sweep.cost import (
     gpu_label,
     mean_price_per_gpu_hour,
     price_per_gpu_hour,
+    serving_costs,
 )
 from simulator.sweep.slo import slo_failures
 from simulator.sweep.store import point_scenario
@@ -57,6 +58,17 @@ class Candidate:
     @property
     def per_user(self) -> float:
         return number(self.row, PER_USER) or 0.0
+
+    def costs(self, load: float | None) -> dict[str, float]:
+        """USD per hour, per request and per million tokens (input, output, blended) while
+        serving `load` req/s (None: what its copies sustain), lengths from the point's run."""
+        if self.usd_per_hour is None:
+            return {}
+        rps = number(self.row, "requests_per_s") or 0.0
+        tok_in = (number(self.row, "input_tokens_per_s") or 0.0) / rps if rps > 0 else 0.0
+        tok_out = (number(self.row, "output_tokens_per_s") or 0.0) / rps if rps > 0 else 0.0
+        served = load if load is not None else self.copies * self.requests_per_s
+        return serving_costs(self.usd_per_hour, served, tok_in, tok_out)
 
 
 @dataclass
@@ -233,7 +245,7 @@ def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: P
         return lines
     lines.append("")
     lines.append(f"recommended: {describe(w.row, axes)}")
-    lines.append("  " + _facts(w))
+    lines.append("  " + _facts(w, rec))
     if sweep_dir is not None:
         point_file = sweep_dir / "points" / f"{w.row['point_id']}.yaml"
         lines.append(f"  scenario: frontier simulate {point_file}")
@@ -242,22 +254,26 @@ def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: P
         lines.append("runner-ups (and why each lost):")
         for i, c in enumerate(rec.ranked[1 : runner_ups + 1], start=2):
             lines.append(f"  {i}. {describe(c.row, axes)}")
-            lines.append(f"     {why_lost(c, w, rec)}; {_facts(c)}")
+            lines.append(f"     {why_lost(c, w, rec)}; {_facts(c, rec)}")
     lines.extend(_closest_failures(rec, axes))
     return lines
 
 
-def _facts(c: Candidate) -> str:
+def _facts(c: Candidate, rec: Recommendation) -> str:
     r = c.row
     parts = [f"{c.copies} × {c.gpus} GPU{'s' if c.gpus != 1 else ''}" if c.copies > 1
              else f"{c.gpus} GPU{'s' if c.gpus != 1 else ''}",
              f"capacity {c.capacity.describe()} per copy" if c.capacity is not None
              else f"{c.requests_per_s:.3g} req/s per copy (the run's achieved rate)"]
-    if c.usd_per_hour is not None:
-        parts.append(f"${c.usd_per_hour:,.2f}/h")
-    cost = number(r, "usd_per_million_output_tokens")
-    if cost is not None and c.capacity is None:  # the sweep's load, not the capacity's
-        parts.append(f"${cost:.3g} per million output tokens")
+    costs = c.costs(rec.load if rec.mode == "rate" else None)
+    if costs:
+        parts.append(f"${costs['usd_per_hour']:,.2f}/h")
+    if "usd_per_request" in costs:
+        parts.append(f"${costs['usd_per_request']:.3g} per request")
+    if "usd_per_million_output_tokens" in costs and "usd_per_million_input_tokens" in costs:
+        parts.append(f"per million tokens ${costs['usd_per_million_input_tokens']:.3g} input "
+                     f"or ${costs['usd_per_million_output_tokens']:.3g} output (all cost to "
+                     f"one side), ${costs['usd_per_million_tokens_blended']:.3g} blended")
     at = "" if c.capacity is None else " at the sweep's load"
     for col, label in (("ttft_s.p99", "TTFT p99"), ("tpot_s.p99", "TPOT p99")):
         v = number(r, col)
