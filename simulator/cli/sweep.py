@@ -81,6 +81,10 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
         outcome.written.insert(-1, str(page))
     for line in outcome.summary_lines():
         click.echo(line)
+    failed = outcome.failure_line()
+    if failed is not None:  # the outputs are written; the exit status says nothing ran
+        click.echo(f"frontier: {failed}", err=True)
+        raise SystemExit(1)
 
 
 def _sweep_rows(sweep_dir: str, prices: dict[str, float]) -> tuple[Path, list[str],

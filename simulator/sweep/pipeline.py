@@ -26,6 +26,7 @@ from simulator.progress import Progress
 from simulator.sweep import screen as screen_mod
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
 from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep
+from simulator.sweep.precheck import refused_value
 from simulator.sweep.runners import (
     RAY_INSTALL_HINT,
     Evaluate,
@@ -71,6 +72,15 @@ class SweepOutcome:
     screened: Counter[str] = field(default_factory=Counter)  # --screen: reason -> points
     screen_s: float = 0.0  # wall time of the screen (estimates and the plan)
     frontier_slo: dict[str, float] = field(default_factory=dict)  # frontier within this SLO
+    simulated_total: int = 0  # points of the grid simulated, this run and stored ones
+
+    def failure_line(self) -> str | None:
+        """Why the sweep produced nothing (every point refused or crashed), else None."""
+        if self.simulated_total or self.screened:
+            return None
+        return (f"no point of the sweep simulated ({self.refused} refused by the engine, "
+                f"{self.crashed} crashed, {self.grid_size - self.runnable} dropped before "
+                f"running); the reasons are above and in {self.out_dir / 'results.csv'}")
 
     def screen_lines(self) -> list[str]:
         if not self.screened and not self.screen_s:
@@ -167,6 +177,9 @@ def run_sweep(
     if not expansion.points:
         reasons = "; ".join(f"{n} {r}" for r, n in expansion.dropped.most_common(3))
         raise InputError(f"{spec.source}: no point left to run of {expansion.total} ({reasons})")
+    refused = refused_value(spec, expansion.points)
+    if refused is not None:
+        raise InputError(refused)
     out = Path(out_dir)
     workers = workers or _cpu_count()
     try:
@@ -257,6 +270,7 @@ def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[
     front = frontier_rows(eligible, outcome.x, outcome.y)
     write_csv(out / "frontier.csv", front, columns)
     outcome.frontier = front
+    outcome.simulated_total = sum(r.get("point_status") == "ok" for r in rows)
     outcome.dropped, outcome.examples = _merge_drops(expansion, points, records)
     outcome.screened = Counter(str(r.get("reason")) for r in records.values()
                                if r["point_status"] == screen_mod.STATUS)
