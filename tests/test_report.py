@@ -118,3 +118,25 @@ def test_sweep_report_facets_by_format_with_quality(sweep_dir: Path) -> None:
     assert "bf16\\u002fbf16\\u002fbf16, quality +0.00 % (measured)" in html
     assert "fp8\\u002fbf16\\u002ffp8, quality unknown" in html
     assert "<td>fp8/bf16/fp8</td><td>" in html and "<td>unknown</td>" in html
+
+
+def test_report_of_a_shipped_scenario_by_name_writes_only_to_the_current_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`frontier report NAME` resolves a shipped scenario and writes NAME.html where the user
+    is, never beside the shipped file (the installed package or the checkout)."""
+    name = "chat-llama-3.1-8b-h100"
+    shipped_html = REPO / "scenarios" / f"{name}.html"
+    monkeypatch.chdir(tmp_path)
+    main(["report", name, "--set", "workload.num_requests=30"])
+    assert (tmp_path / f"{name}.html").is_file()
+    assert not shipped_html.exists()
+    assert f"wrote {tmp_path / (name + '.html')}" in capsys.readouterr().out
+
+
+def test_report_of_nothing_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["report", "no-such-scenario"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "no such sweep folder, scenario file or shipped" in err
+    assert len([ln for ln in err.splitlines() if ln.strip()]) == 1

@@ -284,9 +284,10 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
 
 
 @click.command()
-@click.argument("target", type=click.Path(exists=True))
+@click.argument("target")
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="HTML file [default: SWEEP_DIR/report.html, or SCENARIO.html beside it].")
+              help="HTML file [default: SWEEP_DIR/report.html, or SCENARIO.html in the current "
+                   "folder: a shipped scenario's folder is never written unless named here].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY.PATH=VALUE",
               help="Scenario overrides (single-scenario reports).")
 @click.option("--x", "x_axis", default=None, help=_AXIS_HELP)
@@ -296,8 +297,14 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
               help="Single-scenario reports: drop and count bad trace rows instead of refusing.")
 def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis: str | None,
            y_axis: str | None, color_by: str | None, skip_bad_rows: bool) -> None:
-    """HTML report (opens offline) of a sweep folder, or of one SCENARIO.yaml's simulation."""
-    path = Path(target)
+    """HTML report (opens offline) of a sweep folder, or of one scenario's simulation (a
+    SCENARIO.yaml or a shipped scenario's name)."""
+    from simulator.inputs.shipped import resolve_scenario
+
+    path = resolve_scenario(target)
+    if not path.exists():
+        raise InputError(f"report {target!r}: no such sweep folder, scenario file or shipped "
+                         "scenario (see `frontier scenarios`)")
     if path.is_dir():
         from simulator.report import write_sweep_report
 
@@ -316,7 +323,7 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
         if isinstance(head, dict) and "sweep" in head:
             raise InputError(f"{path} is a sweep file: run `frontier sweep {path} --out DIR`, "
                              "then `frontier report DIR`")
-        html = Path(out_file) if out_file else path.with_suffix(".html")
+        html = Path(out_file) if out_file else Path.cwd() / f"{path.stem}.html"
         write_scenario_report(path, html, overrides, skip_bad_rows)
     click.echo(f"wrote {html}")
 

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from simulator.sweep.frontier import Axis, pareto_mask
-from simulator.sweep.table import Row, number
+from simulator.sweep.table import Row, number, value_label
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#bcbd22", "#7f7f7f")
@@ -25,9 +25,7 @@ MAX_GROUPS = 8
 
 
 def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return value_label(value)
 
 
 def hover(row: Mapping[str, Any], axes: Sequence[str], extra: Sequence[Axis]) -> str:

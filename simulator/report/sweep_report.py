@@ -20,7 +20,7 @@ from simulator.report.sweep_figures import (
 )
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
 from simulator.sweep.store import write_atomic
-from simulator.sweep.table import Row, read_csv, swept_columns
+from simulator.sweep.table import Row, read_csv, swept_columns, value_label
 
 MAX_BREAKDOWN_POINTS = 6
 T = TypeVar("T")
@@ -72,7 +72,8 @@ def load_sweep_dir(sweep_dir: Path) -> tuple[list[str], list[Row], dict[str, Any
 
 
 def _label(row: Row, axes: Sequence[str]) -> str:
-    return ", ".join(f"{a.split('.')[-1]}={row.get(a)}" for a in axes) or str(row["point_id"])
+    return ", ".join(f"{a.split('.')[-1]}={value_label(row.get(a))}" for a in axes) or str(
+        row["point_id"])
 
 
 def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
@@ -83,8 +84,8 @@ def write_sweep_report(sweep_dir: Path, html_path: Path, *, x: Axis = DEFAULT_X,
     axes: list[str] = list(manifest["axes"])
     ok = [r for r in rows if r.get("point_status") == "ok"]
     front = _report_frontier(rows, manifest, x, y)
-    sections = [Section("Summary", "", html_body=facts_table(_summary_facts(rows, ok, axes,
-                                                                            manifest, front)))]
+    facts = _summary_facts(rows, ok, axes, manifest, front) + _slo_cost_facts(sweep_dir, ok)
+    sections = [Section("Summary", "", html_body=facts_table(facts))]
     if ok:
         sections += _result_sections(rows, ok, axes, x, y, color_by)
         chart = _breakdown_section(sweep_dir, front, axes) if breakdown else None
@@ -108,6 +109,27 @@ def _report_frontier(rows: list[Row], manifest: Mapping[str, Any], x: Axis, y: A
 
         return frontier_rows([r for r in rows if not slo_failures(r, within)], x, y)
     return frontier_rows(rows, x, y)
+
+
+def _slo_cost_facts(sweep_dir: Path, ok: list[Row]) -> list[tuple[str, str]]:
+    """The sweep's SLO (its scenario's `slo:`) with how many points meet it, and the cost
+    column's range where a price was known."""
+    from simulator.sweep.slo import slo_failures, slo_from_scenario
+    from simulator.sweep.store import point_scenario
+    from simulator.sweep.table import COST_COLUMN, number
+
+    facts: list[tuple[str, str]] = []
+    scenario = point_scenario(sweep_dir, str(ok[0]["point_id"])) if ok else None
+    targets = slo_from_scenario(scenario)
+    if targets:
+        meet = sum(not slo_failures(r, targets) for r in ok)
+        facts.append(("SLO", ", ".join(f"{k} <= {v:g} s" for k, v in targets.items())
+                      + f" (met by {meet} of {len(ok)} simulated points at their load)"))
+    costs = [c for c in (number(r, COST_COLUMN) for r in ok) if c is not None]
+    if costs:
+        facts.append(("cost", f"${min(costs):.3g} to ${max(costs):.3g} per million output "
+                              f"tokens at the points' loads ({len(costs)} priced points)"))
+    return facts
 
 
 def _summary_facts(rows: list[Row], ok: list[Row], axes: Sequence[str],

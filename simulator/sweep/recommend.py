@@ -35,7 +35,7 @@ from simulator.sweep.cost import (
 )
 from simulator.sweep.slo import slo_failures
 from simulator.sweep.store import point_scenario
-from simulator.sweep.table import Row, number
+from simulator.sweep.table import Row, number, value_label
 
 PER_USER = "output_tokens_per_s_per_user.p50"
 
@@ -201,7 +201,8 @@ def short_names(axes: Sequence[str]) -> dict[str, str]:
 def describe(row: Row, axes: Sequence[str]) -> str:
     """'tensor_parallel=4, replicas=2, weights=fp8' (the swept values of a row)."""
     names = short_names(axes)
-    return ", ".join(f"{names[a]}={row.get(a)}" for a in axes) or str(row.get("point_id"))
+    return ", ".join(f"{names[a]}={value_label(row.get(a))}" for a in axes) or str(
+        row.get("point_id"))
 
 
 def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: Path | None,

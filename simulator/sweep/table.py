@@ -102,6 +102,30 @@ def columns_of(rows: Iterable[Row], axes: Sequence[str]) -> list[str]:
     return [*cols, *(c for c in DERIVED_COLUMNS if c in derived)]
 
 
+# Short names of the keys of mapping-valued axes (precision, speculative) in labels.
+_SHORT_KEYS = {"weights": "w", "activations": "a", "kv_cache": "kv",
+               "num_speculative_tokens": "k", "acceptance_length": "tau"}
+
+
+def value_label(value: Any) -> str:
+    """A swept value as a short label for tables and legends: a mapping whose set values all
+    agree reads as that value ({weights: fp8, activations: fp8, kv_cache: fp8} -> 'fp8'); one
+    with a `method` or `kind` leads with it ('eagle3 k=3 tau=2.5'); others as 'w=fp8 kv=bf16';
+    None (an axis value that switches a feature off) as 'none'."""
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if not isinstance(value, Mapping):
+        return str(value)
+    items = {k: v for k, v in value.items() if v is not None}
+    if items and len({json.dumps(v, sort_keys=True) for v in items.values()}) == 1:
+        return value_label(next(iter(items.values())))
+    head = [value_label(items.pop(k)) for k in ("method", "kind") if k in items]
+    rest = [f"{_SHORT_KEYS.get(k, k)}={value_label(v)}" for k, v in items.items()]
+    return " ".join(head + rest) or "{}"
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
