@@ -32,7 +32,7 @@ def test_nothing_served_has_only_an_hourly_cost() -> None:
 def test_a_price_for_an_unknown_gpu_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("FRONTIER_GPU_PRICES", raising=False)
     assert gpu_prices(["h100-sxm=2"]) == {"h100-sxm": 2.0}
-    with pytest.raises(InputError, match="unknown GPU 'h100'.*known: .*h100-sxm"):
+    with pytest.raises(InputError, match=r"unknown GPU 'h100'.*known: .*h100-sxm"):
         gpu_prices(["h100=2"])
     monkeypatch.setenv("FRONTIER_GPU_PRICES", "b20=5")
     with pytest.raises(InputError, match="FRONTIER_GPU_PRICES b20=5: unknown GPU 'b20'"):

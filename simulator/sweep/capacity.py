@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,9 @@ class Capacity:
     estimate_per_s: float  # the estimate's bracket (its highest rate meeting the SLO)
     why_missed: str = ""  # what the lowest missing rate missed
     config: str = ""  # the config searched (points differing only in load share it)
+    # The results.csv columns of the run at the capacity (latency, per-user speed, GPUs,
+    # quality): what a ranking reads, the same whether the sweep simulated or screened it.
+    at_capacity: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"rate_per_s": self.rate_per_s, "saturated": self.saturated,
@@ -101,7 +104,8 @@ def at_rate(scenario: Mapping[str, Any], rate_per_s: float) -> dict[str, Any]:
     return s
 
 
-Judge = Callable[[dict[str, Any]], list[str]]
+# Judges one run: (why it misses the SLO, empty when it meets it; its results.csv columns).
+Judge = Callable[[dict[str, Any]], tuple[list[str], dict[str, Any]]]
 
 
 def _estimate_meets(scenario: Mapping[str, Any], targets: Mapping[str, float]
@@ -121,18 +125,21 @@ def _estimate_meets(scenario: Mapping[str, Any], targets: Mapping[str, float]
     return meets, cap
 
 
-def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float]) -> list[str]:
-    """Why one simulated run of `scenario` misses the SLO (empty: it meets it)."""
+def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float]
+                      ) -> tuple[list[str], dict[str, Any]]:
+    """Why one simulated run of `scenario` misses the SLO (empty: it meets it), and the run's
+    results.csv columns."""
     import simulator
     from simulator.sweep.slo import slo_failures
     from simulator.sweep.table import flatten
 
     result = simulator.simulate(simulator.load_scenario(scenario))
-    why = slo_failures(flatten(result.to_dict()), targets)
+    row = flatten(result.to_dict())
+    why = slo_failures(row, targets)
     growth = wait_growth(result.requests["arrival_s"], result.requests["scheduled_s"])
     if growth > MAX_WAIT_GROWTH:
         why.append(f"overloaded (queue wait grows {growth:.2g} s per s)")
-    return why
+    return why, row
 
 
 def wait_growth(arrival_s: npt.NDArray[np.float64], scheduled_s: npt.NDArray[np.float64]
@@ -146,33 +153,39 @@ def wait_growth(arrival_s: npt.NDArray[np.float64], scheduled_s: npt.NDArray[np.
     return float(np.polyfit(t, w, 1)[0])
 
 
+def _estimate_bracket(scenario: Mapping[str, Any], targets: Mapping[str, float],
+                      rel_tol: float) -> tuple[float, float]:
+    """(the estimate's highest rate meeting the SLO, 0 if none; its capacity), by bisection."""
+    meets, cap = _estimate_meets(scenario, targets)
+    if meets(cap * (1 - 1e-6)):
+        return cap * (1 - 1e-6), cap
+    lo, hi = 0.0, cap
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if meets(mid) else (lo, mid)
+        if hi - lo <= rel_tol / 4 * hi:
+            break
+    return lo, cap
+
+
 def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
                  rel_tol: float = 0.05, max_simulations: int = 8,
                  judge: Judge | None = None) -> Capacity:
     """The highest rate meeting `targets` ('ttft_s.p99' -> seconds, ...): the estimate's
     bisection brackets it, the simulation (`judge`, for tests) settles it within `rel_tol`."""
     judge = judge or (lambda s: simulate_failures(s, targets))
-    meets, cap = _estimate_meets(scenario, targets)
-    lo_e, hi_e = 0.0, cap
-    if meets(cap * (1 - 1e-6)):
-        lo_e = cap * (1 - 1e-6)
-    else:
-        for _ in range(40):
-            mid = (lo_e + hi_e) / 2
-            lo_e, hi_e = (mid, hi_e) if meets(mid) else (lo_e, mid)
-            if hi_e - lo_e <= rel_tol / 4 * hi_e:
-                break
+    lo_e, cap = _estimate_bracket(scenario, targets, rel_tol)
     start = lo_e if lo_e > 0 else cap * 0.05
-    lo, hi, why_hi, runs = 0.0, None, "", 0
+    lo, hi, why_hi, runs, best = 0.0, None, "", 0, {}
     rate = start
     # Outward from the estimate until one rate meets and one misses, then bisect.
     while runs < max_simulations:
-        why = judge(at_rate(scenario, rate))
+        why, row = judge(at_rate(scenario, rate))
         runs += 1
         if why:
             hi, why_hi = rate, "; ".join(why)
         else:
-            lo = rate
+            lo, best = rate, row
         if hi is None:
             rate = rate * GROWTH
         elif lo == 0.0:
@@ -183,14 +196,14 @@ def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
             break
         else:
             rate = (lo + hi) / 2
-    return Capacity(lo, hi is not None and lo > 0, hi, runs, lo_e, why_hi)
-
+    return Capacity(lo, hi is not None and lo > 0, hi, runs, lo_e, why_hi, at_capacity=best)
 
 def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
                      targets: Mapping[str, float], on_done: Callable[[], None] | None = None,
                      ) -> dict[str, Capacity]:
-    """Point id -> its config's capacity, for every simulated point whose arrival rate can be
-    searched; points differing only in load are searched once."""
+    """Point id -> its config's capacity, for every point simulated or screened out (a screen
+    rules points out on the sweep's own axes, which say nothing about price or capacity)
+    whose arrival rate can be searched; points differing only in load are searched once."""
     from simulator.sweep.store import point_scenario
 
     out: dict[str, Capacity] = {}
@@ -198,7 +211,8 @@ def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
     for row in rows:
         pid = str(row.get("point_id", ""))
         scenario = point_scenario(sweep_dir, pid)
-        if row.get("point_status", "ok") != "ok" or not scenario or not searchable(scenario):
+        status = row.get("point_status", "ok")
+        if status not in ("ok", "screened") or not scenario or not searchable(scenario):
             if on_done is not None:
                 on_done()
             continue

@@ -82,6 +82,7 @@ class Recommendation:
     load: float | None = None
     max_quality_drop_pct: float | None = None
     searched: bool = False  # capacities by search (else the runs' achieved rates)
+    screened: int = 0  # points the sweep's screen ruled out and this ranking did not judge
 
     @property
     def winner(self) -> Candidate | None:
@@ -111,20 +112,12 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
             continue  # another load of a config already judged at its capacity
         if cap is not None:
             configs.add(cap.config)
-            why = [] if cap.rate_per_s > 0 else [cap.describe()]
-            rps = cap.rate_per_s
-        else:
-            why = slo_failures(row, targets)
-            rps = number(row, "requests_per_s") or 0.0
-        if row.get("point_status", "ok") == "ok":
-            why += quality_gate.row_failures(row.get("quality.basis"),
-                                             number(row, "quality.delta_pct"),
-                                             max_quality_drop_pct)
+        row, why, rps, judged = _judge(row, cap, targets, max_quality_drop_pct)
         per_copy = int(number(row, "num_gpus") or 0)
         if not why and (rps <= 0 or per_copy <= 0):
             why = ["served no request"]
         if why:
-            if row.get("point_status", "ok") == "ok":
+            if judged:
                 failing.append((row, why))
             continue
         pid = str(row.get("point_id", ""))
@@ -161,8 +154,30 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
     cands.sort(key=lambda c: (c.score, str(c.row.get("point_id", ""))))
     mode = "rate" if rate is not None else "gpus" if gpus is not None else "per_gpu"
     load = rate if rate is not None else float(gpus) if gpus is not None else None
+    screened = sum(r.get("point_status") == "screened"
+                   and str(r.get("point_id", "")) not in (capacities or {}) for r in rows)
     return Recommendation(mode, dict(targets), cands, failing, priced, unpriced, load,
-                          max_quality_drop_pct, searched=capacities is not None)
+                          max_quality_drop_pct, searched=capacities is not None,
+                          screened=screened)
+
+
+def _judge(row: Row, cap: Capacity | None, targets: Mapping[str, float],
+           max_quality_drop_pct: float | None) -> tuple[Row, list[str], float, bool]:
+    """(the row a ranking reads, why it misses, its requests/s per copy, whether it was
+    judged at all). At a searched capacity the row is the capacity run's (so a screened point
+    reads the same as a simulated one); else the sweep's run at its offered load."""
+    if cap is not None:
+        row = {**row, **cap.at_capacity}
+        why = [] if cap.rate_per_s > 0 else [cap.describe()]
+        rps = cap.rate_per_s
+    elif row.get("point_status", "ok") == "ok":
+        why = slo_failures(row, targets)
+        rps = number(row, "requests_per_s") or 0.0
+    else:
+        return row, ["not simulated"], 0.0, False
+    why += quality_gate.row_failures(row.get("quality.basis"), number(row, "quality.delta_pct"),
+                                     max_quality_drop_pct)
+    return row, why, rps, True
 
 
 def why_lost(c: Candidate, w: Candidate, rec: Recommendation) -> str:
@@ -229,6 +244,11 @@ def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: P
                      "by search (estimate bracket, then simulation to 5 %)")
     else:
         lines.append(f"{n_ok} of {n_ok + len(rec.failing)} simulated points meet it")
+    if rec.screened:
+        lines.append(f"{rec.screened} points were screened out by the sweep's estimate "
+                     "(dominated in tokens/s per GPU x per user, which says nothing of price, "
+                     "or certain to miss its SLO) and are not ranked here; --capacity judges "
+                     "them too")
     if rec.mode == "rate" and not rec.priced and rec.ranked:
         lines.append(
             f"cost: no GPU price known for {', '.join(rec.unpriced_gpus)} (the profile has "
@@ -275,7 +295,7 @@ def _facts(c: Candidate, rec: Recommendation) -> str:
         parts.append(f"per million tokens ${costs['usd_per_million_input_tokens']:.3g} input "
                      f"or ${costs['usd_per_million_output_tokens']:.3g} output (all cost to "
                      f"one side), ${costs['usd_per_million_tokens_blended']:.3g} blended")
-    at = "" if c.capacity is None else " at the sweep's load"
+    at = "" if c.capacity is None else " at capacity"
     for col, label in (("ttft_s.p99", "TTFT p99"), ("tpot_s.p99", "TPOT p99")):
         v = number(r, col)
         if v is not None:
