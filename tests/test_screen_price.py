@@ -50,7 +50,8 @@ def test_the_screen_rules_points_out(sweeps: dict[str, Any]) -> None:
     assert sum(r.get("point_status") == "screened" for r in rows) >= 1
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(h100=st.floats(0.5, 12.0), b200=st.floats(0.5, 25.0), rate=st.floats(1.0, 300.0))
 def test_screened_and_full_sweeps_recommend_alike_at_any_price(
         sweeps: dict[str, Any], h100: float, b200: float, rate: float) -> None:

@@ -125,20 +125,29 @@ _CAPACITY_HELP = (
 
 
 def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float],
-                search: bool | None, sized: bool) -> Any:
+                search: bool | None, sized: bool, confidence: str = "nominal") -> Any:
     """Point id -> searched capacity, or None when the search is off."""
     from simulator.progress import Progress
     from simulator.sweep.capacity import sweep_capacities
 
-    if not (sized if search is None else search) or not targets:
+    if confidence == "pessimistic" and search is False:
+        raise InputError("--confidence pessimistic judges capacities by search: drop "
+                         "--no-capacity")
+    if not (sized or confidence == "pessimistic" if search is None else search) or not targets:
         return None
     progress = Progress(len(rows), label="capacity", unit="points")
-    caps = sweep_capacities(rows, path, targets, on_done=progress.step)
+    caps = sweep_capacities(rows, path, targets, on_done=progress.step,
+                            pessimistic=confidence == "pessimistic")
     progress.close()
     return caps
 
 
 def _capacity_option(f: Any) -> Any:
+    f = click.option("--confidence", type=click.Choice(["nominal", "pessimistic"]),
+                     default="nominal", show_default=True,
+                     help="pessimistic: judge each SLO on the GPU profile's pessimistic edge "
+                          "(every efficiency scaled down by its stated spread; implies "
+                          "--capacity).")(f)
     return click.option("--capacity/--no-capacity", "capacity", default=None,
                         help=_CAPACITY_HELP)(f)
 
@@ -161,12 +170,13 @@ def _capacity_option(f: Any) -> Any:
 @_capacity_option
 def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: float | None,
               gpu_price: tuple[str, ...], runner_ups: int, max_quality_drop_pct: float | None,
-              as_json: bool, capacity: bool | None) -> None:
+              as_json: bool, capacity: bool | None, confidence: str) -> None:
     """The best config of a finished sweep under an SLO, and why the runner-ups lost."""
     from simulator.sweep.cost import gpu_prices
     from simulator.sweep.quality_gate import UNKNOWN_REASON
-    from simulator.sweep.recommend import format_recommendation, why_lost
+    from simulator.sweep.recommend import format_recommendation, margin_notes, why_lost
     from simulator.sweep.recommend import recommend as rank
+    from simulator.validation.accuracy import load_accuracy
 
     prices = gpu_prices(gpu_price)
     path, axes, rows = _sweep_rows(sweep_dir, prices)
@@ -174,9 +184,12 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
     if not targets:
         raise InputError("recommend: give at least one --slo (e.g. --slo ttft_p99_s=2); the "
                          "sweep's scenario has no slo: either")
-    caps = _capacities(path, rows, targets, capacity, rate is not None or gpus is not None)
+    caps = _capacities(path, rows, targets, capacity, rate is not None or gpus is not None,
+                       confidence)
     rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices,
-               max_quality_drop_pct=max_quality_drop_pct, capacities=caps)
+               max_quality_drop_pct=max_quality_drop_pct, capacities=caps,
+               pessimistic=confidence == "pessimistic")
+    accuracy = load_accuracy()
     if as_json:
         w = rec.winner
         data = {
@@ -196,10 +209,13 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
             "max_quality_drop_pct": max_quality_drop_pct,
             "excluded_quality_unknown": sum(
                 UNKNOWN_REASON in why for _, why in rec.failing),
+            "confidence": confidence,
+            "accuracy": accuracy.line(),
+            "margin_notes": margin_notes(rec, accuracy),
         }
         click.echo(json.dumps(data, indent=2))
         return
-    for line in format_recommendation(rec, axes, path, runner_ups):
+    for line in format_recommendation(rec, axes, path, runner_ups, accuracy):
         click.echo(line)
 
 
@@ -219,7 +235,7 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
 @_capacity_option
 def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus: int | None,
                rate: float | None, gpu_price: tuple[str, ...], out_file: str | None,
-               capacity: bool | None) -> None:
+               capacity: bool | None, confidence: str) -> None:
     """The K best configs as engine launch commands plus matching `vllm bench serve` loads."""
     from simulator.sweep.capacity import at_rate
     from simulator.sweep.cost import gpu_prices
@@ -235,7 +251,8 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
     targets = _targets(path, rows, slo)
     copies: dict[str, int] = {}
     if targets:
-        caps = _capacities(path, rows, targets, capacity, rate is not None or gpus is not None)
+        caps = _capacities(path, rows, targets, capacity, rate is not None or gpus is not None,
+                           confidence)
         rec = rank(rows, targets, sweep_dir=path, gpus=gpus, rate=rate, prices=prices,
                    capacities=caps)
         chosen = [c.row for c in rec.ranked[:top]]

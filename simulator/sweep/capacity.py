@@ -125,15 +125,20 @@ def _estimate_meets(scenario: Mapping[str, Any], targets: Mapping[str, float]
     return meets, cap
 
 
-def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float]
-                      ) -> tuple[list[str], dict[str, Any]]:
+def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float],
+                      pessimistic: bool = False) -> tuple[list[str], dict[str, Any]]:
     """Why one simulated run of `scenario` misses the SLO (empty: it meets it), and the run's
-    results.csv columns."""
+    results.csv columns. `pessimistic`: on the GPU profile's pessimistic edge (every
+    efficiency scaled down by the profile's stated spread, validation/uncertainty.py)."""
     import simulator
+    from simulator.hardware.profile import load_hardware
     from simulator.sweep.slo import slo_failures
     from simulator.sweep.table import flatten
+    from simulator.validation.uncertainty import perturbed
 
-    result = simulator.simulate(simulator.load_scenario(scenario))
+    loaded = simulator.load_scenario(scenario)
+    hw = perturbed(load_hardware(loaded.scenario.hardware.gpu), -1) if pessimistic else None
+    result = simulator.simulate(loaded, hardware=hw)
     row = flatten(result.to_dict())
     why = slo_failures(row, targets)
     growth = wait_growth(result.requests["arrival_s"], result.requests["scheduled_s"])
@@ -170,10 +175,11 @@ def _estimate_bracket(scenario: Mapping[str, Any], targets: Mapping[str, float],
 
 def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
                  rel_tol: float = 0.05, max_simulations: int = 8,
-                 judge: Judge | None = None) -> Capacity:
+                 judge: Judge | None = None, pessimistic: bool = False) -> Capacity:
     """The highest rate meeting `targets` ('ttft_s.p99' -> seconds, ...): the estimate's
-    bisection brackets it, the simulation (`judge`, for tests) settles it within `rel_tol`."""
-    judge = judge or (lambda s: simulate_failures(s, targets))
+    bisection brackets it, the simulation (`judge`, for tests) settles it within `rel_tol`;
+    `pessimistic` judges on the GPU's pessimistic profile."""
+    judge = judge or (lambda s: simulate_failures(s, targets, pessimistic))
     lo_e, cap = _estimate_bracket(scenario, targets, rel_tol)
     start = lo_e if lo_e > 0 else cap * 0.05
     lo, hi, why_hi, runs, best = 0.0, None, "", 0, {}
@@ -200,7 +206,7 @@ def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
 
 def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
                      targets: Mapping[str, float], on_done: Callable[[], None] | None = None,
-                     ) -> dict[str, Capacity]:
+                     pessimistic: bool = False) -> dict[str, Capacity]:
     """Point id -> its config's capacity, for every point simulated or screened out (a screen
     rules points out on the sweep's own axes, which say nothing about price or capacity)
     whose arrival rate can be searched; points differing only in load are searched once."""
@@ -218,7 +224,8 @@ def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
             continue
         key = config_key(scenario)
         if key not in done:
-            done[key] = replace(slo_capacity(scenario, targets), config=key)
+            done[key] = replace(slo_capacity(scenario, targets, pessimistic=pessimistic),
+                                config=key)
         out[pid] = done[key]
         if on_done is not None:
             on_done()

@@ -36,6 +36,7 @@ from simulator.sweep.cost import (
 from simulator.sweep.slo import slo_failures
 from simulator.sweep.store import point_scenario
 from simulator.sweep.table import Row, number, value_label
+from simulator.validation.accuracy import Accuracy
 
 PER_USER = "output_tokens_per_s_per_user.p50"
 
@@ -83,6 +84,7 @@ class Recommendation:
     max_quality_drop_pct: float | None = None
     searched: bool = False  # capacities by search (else the runs' achieved rates)
     screened: int = 0  # points the sweep's screen ruled out and this ranking did not judge
+    pessimistic: bool = False  # capacities judged on the GPUs' pessimistic profiles
 
     @property
     def winner(self) -> Candidate | None:
@@ -94,7 +96,8 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
               prices: Mapping[str, float] | None = None,
               gpu_of: Mapping[str, str] | None = None,
               max_quality_drop_pct: float | None = None,
-              capacities: Mapping[str, Capacity] | None = None) -> Recommendation:
+              capacities: Mapping[str, Capacity] | None = None,
+              pessimistic: bool = False) -> Recommendation:
     """Rank the rows that meet the SLO (module docstring). `gpu_of` maps point ids to GPU
     profile names when no sweep folder is given. Under `max_quality_drop_pct` a row must also
     have a published quality drop within it (unknown quality never passes). With
@@ -158,7 +161,7 @@ def recommend(rows: Sequence[Row], targets: Mapping[str, float], *, sweep_dir: P
                    and str(r.get("point_id", "")) not in (capacities or {}) for r in rows)
     return Recommendation(mode, dict(targets), cands, failing, priced, unpriced, load,
                           max_quality_drop_pct, searched=capacities is not None,
-                          screened=screened)
+                          screened=screened, pessimistic=pessimistic)
 
 
 def _judge(row: Row, cap: Capacity | None, targets: Mapping[str, float],
@@ -220,8 +223,47 @@ def describe(row: Row, axes: Sequence[str]) -> str:
         row.get("point_id"))
 
 
+def _binding_metric(c: Candidate, targets: Mapping[str, float]) -> str:
+    """'ttft' or 'tpot': what limits the candidate (what its capacity missed, else the target
+    with the least slack at the sweep's load); throughput limits read as TPOT (step time)."""
+    if c.capacity is not None and c.capacity.why_missed:
+        why = c.capacity.why_missed
+        return "ttft" if why.startswith("ttft") and "tpot" not in why else "tpot"
+    slack = {col: 1 - (number(c.row, col) or 0.0) / limit for col, limit in targets.items()}
+    worst = min(slack, key=lambda k: slack[k]) if slack else "tpot"
+    return "ttft" if worst.startswith("ttft") else "tpot"
+
+
+def margin_notes(rec: Recommendation, accuracy: Accuracy) -> list[str]:
+    """Where the answer's margin is within the simulator's measured error: the winner's
+    headroom over the asked rate, and a runner-up's gap on the goal."""
+    w = rec.winner
+    if w is None:
+        return []
+    metric = _binding_metric(w, rec.targets)
+    err = accuracy.metrics.get(metric)
+    if err is None:
+        return []
+    notes = []
+    if rec.mode == "rate" and rec.load:
+        headroom = w.copies * w.requests_per_s / rec.load - 1
+        if headroom < err.median_abs:
+            notes.append(f"margin: {headroom:.0%} headroom over {rec.load:g} req/s, within the "
+                         f"{metric.upper()} median error ({err.median_abs:.0%}, what limits "
+                         "it): measure before committing")
+    if len(rec.ranked) > 1:
+        r = rec.ranked[1]
+        goal_w, goal_r = abs(w.score[0]), abs(r.score[0])
+        gap = abs(goal_r - goal_w) / goal_w if goal_w else math.inf
+        if 0 < gap < err.median_abs:  # a tie on the goal is broken by per-user speed
+            notes.append(f"margin: the runner-up is {gap:.0%} from the winner on the goal, "
+                         f"within the {metric.upper()} median error ({err.median_abs:.0%}): "
+                         "the order of the two is not certain")
+    return notes
+
+
 def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: Path | None,
-                          runner_ups: int = 5) -> list[str]:
+                          runner_ups: int = 5, accuracy: Accuracy | None = None) -> list[str]:
     if rec.searched:  # a config is judged at its capacity: the swept load names nothing
         axes = [a for a in axes if not a.startswith("workload.arrival.")] or list(axes)
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in rec.targets.items()) or "(none)"
@@ -244,6 +286,9 @@ def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: P
                      "by search (estimate bracket, then simulation to 5 %)")
     else:
         lines.append(f"{n_ok} of {n_ok + len(rec.failing)} simulated points meet it")
+    if rec.pessimistic:
+        lines.append("confidence: each config judged on its GPU's pessimistic profile (every "
+                     "efficiency scaled down by the profile's stated spread)")
     if rec.screened:
         lines.append(f"{rec.screened} points were screened out by the sweep's estimate "
                      "(dominated in tokens/s per GPU x per user, which says nothing of price, "
@@ -270,6 +315,9 @@ def format_recommendation(rec: Recommendation, axes: Sequence[str], sweep_dir: P
     if sweep_dir is not None:
         point_file = sweep_dir / "points" / f"{w.row['point_id']}.yaml"
         lines.append(f"  scenario: frontier simulate {point_file}")
+    if accuracy is not None:
+        lines.append("  " + accuracy.line())
+        lines.extend("  " + n for n in margin_notes(rec, accuracy))
     if len(rec.ranked) > 1:
         lines.append("")
         lines.append("runner-ups (and why each lost):")
