@@ -143,6 +143,9 @@ def test_gpus_mode_reports_the_rate_within_the_gpus(
     [best] = json.loads(out)["ranked"]
     assert best["copies"] == 3
     assert math.isclose(best["requests_per_s_per_copy"], best["capacity"]["rate_per_s"])
+    code, out, err = run_cli(["recommend", str(sweep), "--slo", "ttft_p99_s=1", "--slo",
+                              "tpot_p99_s=0.05", "--gpus", "3"], capsys)
+    assert f"{3 * best['requests_per_s_per_copy']:.3g} req/s in all" in out
 
 
 def test_wait_growth_by_hand() -> None:

@@ -334,6 +334,8 @@ def _facts(c: Candidate, rec: Recommendation) -> str:
              else f"{c.gpus} GPU{'s' if c.gpus != 1 else ''}",
              f"capacity {c.capacity.describe()} per copy" if c.capacity is not None
              else f"{c.requests_per_s:.3g} req/s per copy (the run's achieved rate)"]
+    if rec.mode == "gpus":
+        parts.append(f"{c.copies * c.requests_per_s:.3g} req/s in all")
     costs = c.costs(rec.load if rec.mode == "rate" else None)
     if costs:
         parts.append(f"${costs['usd_per_hour']:,.2f}/h")
