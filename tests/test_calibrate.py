@@ -5,6 +5,7 @@ the overlay must say what it was fitted to, and `--calibration` must apply it.""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,45 @@ def test_the_fit_predicts_what_the_overlay_makes_estimate_predict(truth_csv: Pat
         scenario["deployment"]["overhead"] = {"step_s": 2500.0 * 1e-6, "per_seq_s": 11.0 * 1e-6}
         est = simulator.estimate(simulator.load_scenario(scenario))
         assert problem.runs.prediction(r, values) == (est.ttft_mean_s, est.tpot_p50_s)
+
+
+def test_sweep_under_a_calibration_runs_the_calibrated_engines(
+        overlay_path: Path, tmp_path: Path) -> None:
+    """`sweep --calibration` gives every point the overlay's vllm host cost (3000 us a step
+    where 1000 ships): each point's scenario file carries it, its mean TPOT is what `simulate
+    --calibration` of that point predicts, and the sweep says so first."""
+    from simulator.sweep.table import read_csv
+
+    spec = yaml.safe_load(_scenario(tmp_path).read_text())
+    spec["sweep"] = {"deployment.tensor_parallel": [4, 8]}
+    sweep_file = tmp_path / "sw.yaml"
+    sweep_file.write_text(yaml.safe_dump(spec))
+    runner = CliRunner()
+    plain = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "p"),
+                                "--no-report"])
+    cal = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "c"),
+                              "--no-report", "--calibration", str(overlay_path)])
+    assert plain.exit_code == cal.exit_code == 0, cal.output
+    assert cal.output.splitlines()[0].startswith(f"calibration: {overlay_path}")
+    _, rows_p = read_csv(tmp_path / "p" / "results.csv")
+    _, rows_c = read_csv(tmp_path / "c" / "results.csv")
+    fitted = yaml.safe_load(overlay_path.read_text())
+    step_us = next(v["value"] for v in fitted["values"] if v["target"]["name"] == "vllm"
+                   and v["target"]["key"] == "cpu_step_us")
+    for rp, rc in zip(rows_p, rows_c, strict=True):
+        point_file = tmp_path / "c" / "points" / f"{rc['point_id']}.yaml"
+        point = yaml.safe_load(point_file.read_text())
+        assert point["deployment"]["overhead"]["step_s"] == pytest.approx(step_us * 1e-6)
+        assert rc["tpot_s.mean"] > rp["tpot_s.mean"]
+        one = runner.invoke(cli, ["simulate", str(tmp_path / "p" / "points" /
+                                                  f"{rp['point_id']}.yaml"), "--json",
+                                  "--calibration", str(overlay_path)])
+        got = json.loads(one.output[one.output.index("{"):])
+        assert got["tpot_s"]["mean"] == pytest.approx(rc["tpot_s.mean"], rel=1e-9)
+
+
+def test_lesson_takes_a_calibration(overlay_path: Path, tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["lesson", "batch-size", "--quick", "--out",
+                                   str(tmp_path / "l"), "--calibration", str(overlay_path)])
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[0].startswith(f"calibration: {overlay_path}")

@@ -1,6 +1,7 @@
-"""`--calibration FILE` (or FRONTIER_CALIBRATION) of `simulate` and `estimate`: read a
-CALIBRATION.yaml overlay and give a scenario's deployment (each pool of a disaggregated one)
-without an explicit `overhead` the overlay's host costs for its engine style, as overrides."""
+"""`--calibration FILE` (or FRONTIER_CALIBRATION) of `simulate`, `estimate`, `sweep` and
+`lesson`: read a CALIBRATION.yaml overlay and give a scenario's deployment (each pool of a
+disaggregated one) without an explicit `overhead` the overlay's host costs for its engine style
+(calibration/host_costs.py)."""
 
 from __future__ import annotations
 
@@ -34,40 +35,23 @@ def _known(kind: str) -> set[str]:
 
 def host_costs(path: str) -> dict[str, dict[str, float]]:
     """Engine style -> {cpu_step_us, cpu_per_seq_us} the overlay at `path` sets."""
+    from simulator.calibration import host_costs as hc
     from simulator.calibration.overlay import read_overlay
 
-    overlay = read_overlay(path, _known)
-    out: dict[str, dict[str, float]] = {}
-    for v in overlay.values:
-        t = v.target
-        if t.kind == "engine_style" and t.key in ("cpu_step_us", "cpu_per_seq_us"):
-            out.setdefault(t.name, {})[t.key] = v.value
-    return out
+    return hc.host_costs(read_overlay(path, _known))
 
 
 def calibration_overrides(scenario: str, overrides: tuple[str, ...],
                           path: str) -> list[str]:
     """`deployment[.pool].overhead=...` overrides for the pools the overlay calibrates."""
-    from simulator.engines.style import load_engine_styles
+    from simulator.calibration.host_costs import overhead_overrides
     from simulator.inputs.scenario import load_scenario_file
     from simulator.inputs.shipped import resolve_scenario
 
-    costs = host_costs(path)
     s, _ = load_scenario_file(resolve_scenario(scenario), list(overrides))
-    shipped = load_engine_styles()
-    out: list[str] = []
-    for prefix, pool in s.deployment.engine_types:
-        fitted = costs.get(str(pool.engine))
-        if pool.overhead is not None or not fitted:
-            continue
-        style = shipped[str(pool.engine)]
-        step_s = fitted.get("cpu_step_us", style.cpu_step_s * 1e6) * 1e-6
-        per_seq_s = fitted.get("cpu_per_seq_us", style.cpu_per_seq_s * 1e6) * 1e-6
-        # 17 significant digits with a decimal point: the float comes back exactly (YAML
-        # reads '1e-06' without one as a string).
-        out.append(f"{prefix}.overhead.step_s={step_s:.16e}")
-        out.append(f"{prefix}.overhead.per_seq_s={per_seq_s:.16e}")
-    return out
+    # 17 significant digits with a decimal point: the float comes back exactly (YAML reads
+    # '1e-06' without one as a string).
+    return [f"{key}={value:.16e}" for key, value in overhead_overrides(s, host_costs(path))]
 
 
 def calibration_line(path: str) -> str:

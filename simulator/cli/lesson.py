@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from simulator.cli.calibration_flag import calibration_line, calibration_option, host_costs
 from simulator.errors import InputError
 
 
@@ -17,8 +18,9 @@ from simulator.errors import InputError
               help="Change a scenario key the lesson does not sweep, e.g. hardware.gpu=b200.")
 @click.option("--quick", is_flag=True, help="A reduced grid and fewer requests per point.")
 @click.option("--workers", type=click.IntRange(min=1), default=None)
+@calibration_option
 def lesson(name: str | None, out_dir: str | None, overrides: tuple[str, ...], quick: bool,
-           workers: int | None) -> None:
+           workers: int | None, calibration: str | None) -> None:
     """Run lesson NAME (without NAME: list the lessons)."""
     from simulator.lessons import LESSONS, run_lesson
 
@@ -30,7 +32,11 @@ def lesson(name: str | None, out_dir: str | None, overrides: tuple[str, ...], qu
     if name not in LESSONS:
         raise InputError(f"unknown lesson {name!r} (valid: {', '.join(LESSONS)})")
     out = Path(out_dir or f"out/lesson-{name}")
-    headlines, page = run_lesson(LESSONS[name], out, overrides, quick=quick, workers=workers)
+    costs = host_costs(calibration) if calibration is not None else None
+    if calibration is not None:
+        click.echo(calibration_line(calibration))
+    headlines, page = run_lesson(LESSONS[name], out, overrides, quick=quick, workers=workers,
+                                 host_costs=costs)
     for line in headlines:
         click.echo(line)
     click.echo(f"wrote {page}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from simulator.cli.calibration_flag import calibration_line, calibration_option, host_costs
 from simulator.errors import InputError
 
 _AXIS_HELP = ("Frontier axis: a name (throughput_per_gpu, speed_per_user, ttft_p99, tpot_p99, "
@@ -56,14 +57,18 @@ def _axes(x: str | None, y: str | None) -> dict[str, Any]:
                    "frontier the one within the SLO. Screened points are counted with reasons.")
 @click.option("--screen-ignore-slo", is_flag=True,
               help="With --screen: rule out dominated points only, keep the plain frontier.")
+@calibration_option
 def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resume: bool,
           fresh: bool, ray_address: str | None, gpu_price: tuple[str, ...], x_axis: str | None,
           y_axis: str | None, color_by: str | None, no_report: bool, skip_bad_rows: bool,
-          screen: bool, screen_ignore_slo: bool) -> None:
+          screen: bool, screen_ignore_slo: bool, calibration: str | None) -> None:
     """Simulate every point of SWEEP_FILE's grid and find the frontier."""
     from simulator.sweep.cost import gpu_prices
     from simulator.sweep.pipeline import run_sweep
 
+    costs = host_costs(calibration) if calibration is not None else None
+    if calibration is not None:
+        click.echo(calibration_line(calibration))
     if resume and fresh:
         raise InputError("--resume and --fresh exclude each other")
     if screen_ignore_slo and not screen:
@@ -71,7 +76,8 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
     outcome = run_sweep(
         sweep_file, out_dir, backend=backend, workers=workers, resume=resume, fresh=fresh,
         ray_address=ray_address, prices=gpu_prices(gpu_price), skip_bad_rows=skip_bad_rows,
-        screen=screen, screen_slo=not screen_ignore_slo, **_axes(x_axis, y_axis),
+        screen=screen, screen_slo=not screen_ignore_slo, host_costs=costs,
+        **_axes(x_axis, y_axis),
     )
     if not no_report:
         from simulator.report import write_sweep_report

@@ -21,11 +21,12 @@ from typing import IO, Any
 
 import yaml
 
+from simulator.calibration.host_costs import HostCosts, calibrated
 from simulator.errors import InputError
 from simulator.progress import Progress
 from simulator.sweep import screen as screen_mod
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
-from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep
+from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep, point_key
 from simulator.sweep.precheck import refused_value
 from simulator.sweep.runners import (
     RAY_INSTALL_HINT,
@@ -162,12 +163,14 @@ def run_sweep(
     screen: bool = False,
     screen_slo: bool = True,
     screen_only: bool = False,
+    host_costs: HostCosts | None = None,
 ) -> SweepOutcome:
     """Run a sweep file into `out_dir` and write its outputs (module docstring). `screen`:
     estimate every point first and simulate only those the estimate cannot rule out
     (sweep/screen.py); `screen_slo` lets it rule out points that certainly miss the sweep's
     SLO (the frontier is then the one among points within the SLO); `screen_only` (for the
-    benchmark) stops after the screen."""
+    benchmark) stops after the screen. `host_costs` (a calibration overlay's, by engine style)
+    are given to every point's engine that sets no overhead of its own."""
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: choose local or ray")
     if backend == "ray" and not ray_available():
@@ -180,6 +183,8 @@ def run_sweep(
     refused = refused_value(spec, expansion.points)
     if refused is not None:
         raise InputError(refused)
+    if host_costs:
+        expansion.points = [_calibrated(p, host_costs) for p in expansion.points]
     out = Path(out_dir)
     workers = workers or _cpu_count()
     try:
@@ -195,6 +200,13 @@ def run_sweep(
             f"{out}: cannot write the sweep ({what}{':' if where else ''}{where}); every point "
             f"finished so far is kept in {STORE_NAME}: fix that and rerun with --resume"
         ) from None
+
+
+def _calibrated(point: Point, costs: HostCosts) -> Point:
+    """The point with a calibration's host costs; its key changes with its scenario, so a
+    store never mixes calibrated and uncalibrated results of one point."""
+    scenario = calibrated(point.scenario, costs)
+    return Point(point_key(scenario), point.values, scenario)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,56 @@
+"""A calibration overlay's host costs applied to a scenario: each engine type (the
+deployment, or each P/D pool) that sets no `overhead` of its own gets its engine style's
+fitted per-step and per-sequence cost, as scenario overrides. One rule for `simulate`,
+`estimate`, `sweep` and `lesson` under `--calibration`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from simulator.calibration.overlay import CalibrationOverlay
+
+HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us")
+HostCosts = Mapping[str, Mapping[str, float]]  # engine style -> {cpu_step_us, cpu_per_seq_us}
+
+
+def host_costs(overlay: CalibrationOverlay) -> dict[str, dict[str, float]]:
+    """Engine style -> the host costs (microseconds) the overlay fits for it."""
+    out: dict[str, dict[str, float]] = {}
+    for v in overlay.values:
+        t = v.target
+        if t.kind == "engine_style" and t.key in HOST_KEYS:
+            out.setdefault(t.name, {})[t.key] = v.value
+    return out
+
+
+def overhead_overrides(scenario: Any, costs: HostCosts) -> list[tuple[str, float]]:
+    """('deployment[.pool].overhead.step_s', seconds), ... for each engine type of a
+    validated scenario without an explicit overhead whose style the overlay calibrates (a key
+    the overlay lacks keeps the style's shipped value)."""
+    from simulator.engines.style import load_engine_styles
+
+    shipped = load_engine_styles()
+    out: list[tuple[str, float]] = []
+    for prefix, pool in scenario.deployment.engine_types:
+        fitted = costs.get(str(pool.engine))
+        if pool.overhead is not None or not fitted:
+            continue
+        style = shipped[str(pool.engine)]
+        out.append((f"{prefix}.overhead.step_s",
+                    fitted.get("cpu_step_us", style.cpu_step_s * 1e6) * 1e-6))
+        out.append((f"{prefix}.overhead.per_seq_s",
+                    fitted.get("cpu_per_seq_us", style.cpu_per_seq_s * 1e6) * 1e-6))
+    return out
+
+
+def calibrated(data: Mapping[str, Any], costs: HostCosts) -> dict[str, Any]:
+    """A full scenario dict with the overlay's host costs applied (unchanged when none
+    applies)."""
+    from simulator.inputs.scenario import apply_overrides, load_scenario_file
+
+    scenario, _ = load_scenario_file(dict(data))
+    pairs = overhead_overrides(scenario, costs)
+    if not pairs:
+        return dict(data)
+    return apply_overrides(data, [(tuple(k.split(".")), v) for k, v in pairs])
