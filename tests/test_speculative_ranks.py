@@ -20,6 +20,7 @@ from simulator.cost.shape import BatchShape
 from simulator.cost.spec_ranks import ranked_speculative_step
 from simulator.inputs.scenario import Scenario
 from simulator.serving.engine_build import build_engine
+from simulator.serving.speculative import SpecDecoding
 
 FP8 = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8"}
 TAU_R1_K1 = 1.9064  # mtp-deepseek-r1-trtllm: 1 + a_1 at k = 1 (speculative_presets.csv)
@@ -164,6 +165,11 @@ def test_r1_attention_dp8_ep8_mtp_runs_and_emits_its_acceptance_per_step() -> No
     assert mtp.summary["tpot_s"]["mean"] < plain.summary["tpot_s"]["mean"]
     assert mtp.summary["output_tokens_per_s"] > plain.summary["output_tokens_per_s"]
     assert "attention_dp_imbalance_share" in mtp.summary
+    # Every request's every verify step emitted 1 to k + 1 tokens, and all its outputs.
+    for i, emitted in mtp.spec_emitted.items():
+        assert emitted.min() >= 1 and emitted.max() <= 2
+        assert int(emitted.sum()) == 200 - 1  # the first token came from the prefill
+        assert i in range(32)
 
 
 def test_speculating_ranks_each_hold_their_share_of_the_kv_pool() -> None:
@@ -198,3 +204,18 @@ def test_mixed_idle_and_speculating_ranks_cost_the_idle_ranks_nothing_of_their_o
     alone = ranked_speculative_step(model, [one] + [BatchShape()] * 7)
     assert alone.step.mean_rank_s == pytest.approx(alone.step.slowest_rank_s / 8, rel=1e-12)
     assert np.isfinite(alone.step.time_s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rates=st.lists(st.floats(0.0, 0.99), min_size=1, max_size=6),
+    remaining=st.integers(1, 3000),
+    request=st.integers(0, 10_000),
+)
+def test_a_verify_step_never_emits_more_than_k_plus_one(
+    rates: list[float], remaining: int, request: int
+) -> None:
+    spec = SpecDecoding(len(rates), tuple(rates), seed=3)
+    e = spec.draw(request, 0, remaining, True)
+    assert e.min() >= 1 and e.max() <= len(rates) + 1
+    assert int(e.sum()) == remaining
