@@ -143,6 +143,8 @@ def simulate(
     summary.update(_run_facts(out, s, engine, slo))
     summary["quality"] = scenario_quality(s).to_dict()
     warnings.extend(_run_warnings(out))
+    if engine.speculative is not None:
+        warnings.extend(engine.speculative.notes)
     kv_capacity = engine.memory.kv_capacity_tokens
     if engine.speculative is not None:
         kv_capacity = engine.speculative.kv_capacity_tokens

@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from simulator.api import simulate
-from simulator.cost.draft import crossover_batch, eagle_head
+from simulator.cost.draft import eagle_head
 from simulator.cost.shape import BatchShape
+from simulator.cost.spec_ranks import crossover_batch
 from simulator.cost.step import StepModel
 from simulator.inputs.speculative import (
     SpeculativeConfig,
@@ -283,7 +284,9 @@ def test_workload_kind_switches_the_preset_row() -> None:
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ({"method": "eagle3", "num_speculative_tokens": 3}, "exactly one of"),
+        # No acceptance: the two published Llama-3.1-8B EAGLE-3 presets are the choices.
+        ({"method": "eagle3", "num_speculative_tokens": 3},
+         "eagle3-llama-3.1-8b-paper, eagle3-llama-3.1-8b-public"),
         ({"method": "eagle3", "num_speculative_tokens": 3, "acceptance_length": 2,
           "acceptance_rate": 0.5}, "exactly one of"),
         ({"method": "eagle3", "num_speculative_tokens": 3, "preset": "nope"}, "unknown preset"),

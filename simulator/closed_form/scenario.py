@@ -126,9 +126,11 @@ def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estim
         t_dec = traffic_of(stream, True, engine.scheduler.reserve_full)
         up, per_p = make_unit(pre.replica_model, pre.style, pre.scheduler,
                               t_pre.decode_context, prefills_only=True)
+        tau, k, tree = _speculation(engine, notes)
         ud, per_d = make_unit(engine.replica_model, engine.style, engine.scheduler,
                               t_dec.decode_context, decodes_first_token=True,
-                              first_token_from_prefill=pre.style.prefill_emits_first_token)
+                              first_token_from_prefill=pre.style.prefill_emits_first_token,
+                              tokens_per_step=tau, verify_tokens=k, tree_tokens=tree)
         sides = [(up, t_pre, dep.prefill.replicas * per_p),
                  (ud, t_dec, dep.decode.replicas * per_d)]
         kind = "disaggregated: prefill pool as batched prefill-only steps, decode pool as " \
@@ -137,15 +139,8 @@ def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estim
                      "costed as one replica's even split")
     else:
         traffic = traffic_of(stream, reserve_full=engine.scheduler.reserve_full)
-        tau, k, tree = 1.0, 0, 0
+        tau, k, tree = _speculation(engine, notes)
         model = engine.replica_model
-        if engine.speculative is not None:
-            tau = engine.speculative.expected_acceptance_length
-            k = engine.speculative.config.num_speculative_tokens
-            tree = engine.speculative.config.tree_tokens or 0
-            shape = f"a {tree}-token tree of depth {k}" if tree else f"{k} drafts"
-            notes.append(f"speculative: every decode step emits the mean acceptance length "
-                         f"{tau:.2f} tokens, verifying {shape}")
         unit, per = make_unit(model, engine.style, engine.scheduler, traffic.decode_context,
                               tokens_per_step=tau, verify_tokens=k, tree_tokens=tree)
         count = dep.replicas * replicas_per_engine(dep, engine.arch) * per
@@ -162,6 +157,25 @@ def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estim
             bits.append("prefill-only steps interleaved, prefill first")
         kind = "aggregated: " + "; ".join(bits)
     return _assemble(scenario, engine, stream, sides, kind, notes, front)
+
+
+def _speculation(engine: Engine, notes: list[str]) -> tuple[float, int, int]:
+    """(τ, k, tree size) of the engine's decode steps ((1, 0, 0) without speculation), with
+    the notes that say what the estimate assumed and what the build chose."""
+    spec = engine.speculative
+    if spec is None:
+        return 1.0, 0, 0
+    tau = spec.expected_acceptance_length
+    k = spec.config.num_speculative_tokens
+    tree = spec.config.tree_tokens or 0
+    shape = f"a {tree}-token tree of depth {k}" if tree else f"{k} drafts"
+    notes.extend(spec.notes)
+    notes.append(f"speculative: every decode step emits the mean acceptance length "
+                 f"{tau:.2f} tokens, verifying {shape}")
+    if engine.step_model.layout.attention_data_parallel > 1:
+        notes.append("speculative with attention-DP ranks: each rank drafts and verifies its "
+                     "own sequences, the MoE layers take every rank's verified tokens")
+    return tau, k, tree
 
 
 def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,

@@ -53,8 +53,9 @@ def waves(unit: Unit, traffic: Traffic, population: float, requests: float,
         burst = burst_s(unit, traffic, size)
         t0 = unit.step_s(size, 0.0, 0.0, 0.0)
         # A request's decode also waits through the rest of its wave's burst (half of it on
-        # average): prefill-first steps stall decoders, and mixed steps are full chunks.
-        tpot = (t0 * d + burst / 2) / d if d > 0 else 0.0
+        # average): prefill-first steps stall decoders, and mixed steps are full chunks. Its
+        # d steps emit d·τ tokens (τ > 1 under speculation): TPOT is per token, not per step.
+        tpot = (t0 * d + burst / 2) / (d * unit.tokens_per_step) if d > 0 else 0.0
         return burst, tpot, burst + d * t0
 
     burst, tpot, full = wave_s(b)

@@ -214,34 +214,3 @@ def make_drafter(
 def verify_and_draft_s(model: SpeculativeStepModel, b: BatchShape) -> tuple[float, float]:
     """(verify, draft) GPU seconds of one step: the split `frontier simulate` reports."""
     return model.verify_s(b), model.draft_s(b)
-
-
-def crossover_batch(
-    model: SpeculativeStepModel, k: int, acceptance_length: float, context_tokens: int,
-    max_batch: int,
-) -> int | None:
-    """Smallest decode batch at which speculating costs more per emitted token than plain
-    decode at a per-sequence context of `context_tokens`; None if it pays up to `max_batch`.
-
-    Per token: (verify(n, k) + draft(n, k)) / τ against decode(n). Both come from the
-    roofline, so the crossover moves with the chip's ridge point, not with a constant.
-    """
-
-    def pays(n: int) -> bool:
-        spec = BatchShape(decode_seqs=n, decode_context_tokens=n * context_tokens,
-                          speculative_tokens_per_seq=k)
-        plain = BatchShape(decode_seqs=n, decode_context_tokens=n * context_tokens)
-        return model.time_s(spec) / acceptance_length < model.target.time_s(plain)
-
-    if pays(max_batch):
-        return None
-    if not pays(1):
-        return 1
-    lo, hi = 1, max_batch  # pays(lo), not pays(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if pays(mid):
-            lo = mid
-        else:
-            hi = mid
-    return hi

@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.cost.draft import SpeculativeStepModel, crossover_batch, make_drafter
+from simulator.cost.draft import SpeculativeStepModel, make_drafter
 from simulator.cost.shape import BatchShape
+from simulator.cost.spec_ranks import crossover_batch
 from simulator.cost.step import StepModel
 from simulator.model.architecture import Architecture
 from simulator.units import duration
@@ -90,7 +91,7 @@ def explain_speculative(
                       speculative_tokens_per_seq=k)
     plain = BatchShape(decode_seqs=n, decode_context_tokens=n * context_tokens)
     cross = crossover_batch(model, k, acceptance_length, context_tokens,
-                            CROSSOVER_SEARCH_MAX_BATCH)
+                            CROSSOVER_SEARCH_MAX_BATCH, ranks=1)
     return SpeculativeExplanation(
         method, k, acceptance_length, n, context_tokens, model.draft_s(spec),
         model.verify_s(spec), target.time_s(plain), cross,

@@ -204,6 +204,30 @@ class _Worker(_Strict):
 Router = RankRouter
 
 
+def verify_fits_a_step(
+    v: SpeculativeConfig | None, info: ValidationInfo
+) -> SpeculativeConfig | None:
+    """A verification step scores the k drafted tokens plus the bonus one of every decoding
+    sequence: the scheduler's token budget must hold them."""
+    sched = info.data.get("scheduler")
+    if v is not None and isinstance(sched, Scheduler):
+        need = v.num_speculative_tokens + 1
+        if need > sched.max_num_batched_tokens:
+            raise _invalid(
+                f"num_speculative_tokens {v.num_speculative_tokens} needs {need} tokens per "
+                f"verification step, above scheduler.max_num_batched_tokens "
+                f"{sched.max_num_batched_tokens}"
+            )
+        if sched.max_num_seqs * need > sched.max_num_batched_tokens:
+            raise _invalid(
+                f"scheduler.max_num_batched_tokens {sched.max_num_batched_tokens} is below "
+                f"max_num_seqs {sched.max_num_seqs} × (num_speculative_tokens "
+                f"{v.num_speculative_tokens} + 1) = {sched.max_num_seqs * need}; every "
+                f"decoding sequence feeds k+1 tokens to its verification step"
+            )
+    return v
+
+
 class _AggregatedKind(_Strict):
     kind: Literal["aggregated"] = "aggregated"
 
@@ -223,24 +247,7 @@ class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `k
     def _verify_fits_a_step(
         cls, v: SpeculativeConfig | None, info: ValidationInfo
     ) -> SpeculativeConfig | None:
-        # A verification step scores the k drafted tokens plus the bonus one of a sequence.
-        sched = info.data.get("scheduler")
-        if v is not None and isinstance(sched, Scheduler):
-            need = v.num_speculative_tokens + 1
-            if need > sched.max_num_batched_tokens:
-                raise _invalid(
-                    f"num_speculative_tokens {v.num_speculative_tokens} needs {need} tokens per "
-                    f"verification step, above scheduler.max_num_batched_tokens "
-                    f"{sched.max_num_batched_tokens}"
-                )
-            if sched.max_num_seqs * need > sched.max_num_batched_tokens:
-                raise _invalid(
-                    f"scheduler.max_num_batched_tokens {sched.max_num_batched_tokens} is below "
-                    f"max_num_seqs {sched.max_num_seqs} × (num_speculative_tokens "
-                    f"{v.num_speculative_tokens} + 1) = {sched.max_num_seqs * need}; every "
-                    f"decoding sequence feeds k+1 tokens to its verification step"
-                )
-        return v
+        return verify_fits_a_step(v, info)
 
 
 class WorkerPool(_Worker):
@@ -249,6 +256,32 @@ class WorkerPool(_Worker):
     token machines); unset, it shares the scenario's `hardware` with the other pool."""
 
     hardware: HardwareConfig | None = None
+    # Speculative decoding in this pool's decode steps (a decode pool's; a prefill pool has
+    # no decode steps to speed up and refuses it).
+    speculative: SpeculativeConfig | None = None
+
+    @field_validator("speculative")
+    @classmethod
+    def _verify_fits_a_step(
+        cls, v: SpeculativeConfig | None, info: ValidationInfo
+    ) -> SpeculativeConfig | None:
+        return verify_fits_a_step(v, info)
+
+
+class PrefillPool(WorkerPool):
+    """The prefill pool: prompts only, so nothing to draft."""
+
+    @field_validator("speculative")
+    @classmethod
+    def _prefill_does_not_draft(
+        cls, v: SpeculativeConfig | None, info: ValidationInfo
+    ) -> SpeculativeConfig | None:
+        if v is not None:
+            raise _invalid(
+                "a prefill pool does not draft: it runs prompts only, and speculation speeds "
+                "up decode steps; put the block under deployment.decode.speculative"
+            )
+        return v
 
 
 class KVTransfer(_Strict):
@@ -262,7 +295,7 @@ class KVTransfer(_Strict):
 
 class DisaggregatedDeployment(_Strict):
     kind: Literal["disaggregated"] = "disaggregated"
-    prefill: WorkerPool = WorkerPool()
+    prefill: PrefillPool = PrefillPool()
     decode: WorkerPool = WorkerPool()
     kv_transfer: KVTransfer = KVTransfer()
     router: Router = "round_robin"

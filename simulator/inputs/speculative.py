@@ -4,7 +4,9 @@ Acceptance is given one of three ways: `acceptance_length` τ (mean tokens emitt
 step, bonus token included, as papers report it), `acceptance_rate` (the probability that draft
 position i is accepted given the ones before were: one value for every position or one per
 position), or `preset` (a published figure by method × workload kind, from
-speculative_presets.csv next to this file, each row with its source). All three become one
+speculative_presets.csv next to this file, each row with its source and target model). Given
+none, the one preset published for the scenario's model, method and traffic is taken
+(`spec_defaults.py`). All three become one
 per-position rate vector, which the serving engine samples step by step.
 """
 
@@ -36,6 +38,7 @@ class PresetRow:
     preset: str
     method: str
     kind: str
+    model: str  # the target model (catalog name) the figure was measured on
     acceptance_length: float | None
     # One rate for every position, or one per draft position (`;`-separated in the CSV):
     # positions past the last are unknown.
@@ -65,6 +68,7 @@ def load_presets() -> dict[str, dict[str, PresetRow]]:
             r["preset"],
             r["method"],
             r["kind"],
+            r["model"],
             float(r["acceptance_length"]) if r["acceptance_length"] else None,
             _rates(r["acceptance_rate"]),
             int(r["measured_k"]) if r["measured_k"] else None,
@@ -135,10 +139,12 @@ class SpeculativeConfig(_Strict):
             for n in ("acceptance_length", "acceptance_rate", "preset")
             if getattr(self, n) is not None
         ]
-        if len(given) != 1:
+        # None given: the published preset for the scenario's model, method and traffic is
+        # taken when exactly one fits (inputs/spec_defaults.py), else the build refuses.
+        if len(given) > 1:
             raise _invalid(
                 "give exactly one of acceptance_length, acceptance_rate or preset "
-                f"(got {', '.join(given) if given else 'none'})"
+                f"(got {', '.join(given)})"
             )
         self._check_tree()
         if (self.method == "draft_model") != (self.draft_model is not None):

@@ -97,7 +97,7 @@ def pool_summary(
     return {
         "ratio": f"{p.replicas}P{d.replicas}D",
         "prefill": {
-            "gpu": p.model.hw.name,
+            "gpu": p.step_model.hw.name,
             "replicas": p.replicas,
             "gpus": p.replicas * p.gpus_per_replica,
             "busy_fraction": prefill_busy,
@@ -105,7 +105,7 @@ def pool_summary(
             "prefill_s": _pct(pools.prefill_end_s - pools.prefill_scheduled_s),
         },
         "decode": {
-            "gpu": d.model.hw.name,
+            "gpu": d.step_model.hw.name,
             "replicas": d.replicas,
             "gpus": d.replicas * d.gpus_per_replica,
             "busy_fraction": pools.busy_fraction(pools.decode, end_s),

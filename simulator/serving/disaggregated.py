@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import simpy
 
+from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.kv_transfer import KVLinkCost
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
@@ -45,10 +46,16 @@ class PoolSpec:
     replicas: int
     gpus_per_replica: int
     cfg: SchedulerConfig
-    model: StepModel
+    model: StepModel | SpeculativeStepModel  # a speculating decode pool: target and drafter
     style: EngineStyle
     kv_capacity_tokens: int
     pool: WorkerPool  # its layout picks the replica kind: plain, pipelined, attention-DP ranks
+
+    @property
+    def step_model(self) -> StepModel:
+        """The target's step model (a speculating pool's, without its drafter)."""
+        model = self.model
+        return model.target if isinstance(model, SpeculativeStepModel) else model
 
     def build(
         self,
@@ -59,7 +66,7 @@ class PoolSpec:
     ) -> list[Replica]:
         """The pool's replicas, of the same kinds an aggregated deployment of this layout runs
         (pipeline stages with micro-batches in flight, attention-DP ranks)."""
-        arch = self.model.arch
+        arch = self.step_model.arch
         return make_replicas(self.pool, arch, (self.model, self.style, self.cfg), env, on_finish,
                              log, check)
 

@@ -89,6 +89,9 @@ def build_engine(
                     raise
             try:
                 pools[name] = _build_engine(pool, arch, pool_hw, 0.0, base_dir)
+                if pool.speculative is not None:  # the schema lets only the decode pool draft
+                    pools[name] = _with_speculative(pools[name], pool, scenario.workload.kind,
+                                                    base_dir, f"deployment.{name}.speculative")
             except ValueError as exc:
                 tag_key(exc, f"deployment.{name}")
                 raise
@@ -98,7 +101,8 @@ def build_engine(
     try:
         engine = _build_engine(dep, arch, hw, dep.comm_overlap, base_dir)
         if dep.speculative is not None:
-            engine = _with_speculative(engine, dep, scenario.workload.kind, base_dir)
+            engine = _with_speculative(engine, dep, scenario.workload.kind, base_dir,
+                                       "deployment.speculative")
     except ValueError as exc:
         tag_key(exc, "deployment")
         raise
@@ -195,19 +199,31 @@ def _build_engine(
 
 
 def _with_speculative(
-    engine: Engine, dep: AggregatedDeployment, kind: str | None, base_dir: Path | None
+    engine: Engine, dep: AggregatedDeployment | WorkerPool, kind: str | None,
+    base_dir: Path | None, key: str,
 ) -> Engine:
-    """The engine with its drafter: costed steps, and a KV pool shrunk by the drafter's share."""
+    """The engine with its drafter: costed steps, and a KV pool shrunk by the drafter's share
+    (each attention-DP rank keeps its own share, drafter KV included). `key`: where the
+    speculative block sits, for the messages."""
     assert dep.speculative is not None
-    spec = build_speculative(dep.speculative, kind, engine.step_model, engine.memory, base_dir)
-    num_blocks = spec.kv_capacity_tokens // dep.scheduler.block_size
+    layout = engine.step_model.layout
+    if microbatch_slots(layout) > 1:
+        raise InputError(
+            f"{key}: speculative decoding with pipeline micro-batches (pipeline_parallel "
+            f"{layout.pipeline_parallel}) is not simulated yet; remove speculative or use "
+            f"pipeline_parallel 1"
+        )
+    spec = build_speculative(dep.speculative, kind, engine.step_model, engine.memory, base_dir,
+                             key)
+    num_blocks = spec.kv_capacity_tokens // layout.attention_data_parallel
+    num_blocks //= dep.scheduler.block_size
     if num_blocks < 1:
         raise InputError(
-            "deployment.speculative: the drafter's weights and KV leave less than one KV "
-            "block for the target; use more GPUs, a smaller format or no speculation"
+            f"{key}: the drafter's weights and KV leave less than one KV block for the "
+            f"target; use more GPUs, a smaller format or no speculation"
         )
-    cfg = replace(engine.scheduler, num_blocks=num_blocks)
-    return replace(engine, scheduler=cfg, speculative=spec)
+    return replace(engine, scheduler=replace(engine.scheduler, num_blocks=num_blocks),
+                   speculative=spec)
 
 
 def _layout(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> ParallelLayout:
@@ -219,6 +235,19 @@ def _layout(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> Para
         pool.moe_routing.redundant_experts,
         pool.moe_dispatch == "all_to_all",
     )
+
+
+def _moved_kv_bytes_per_token_per_gpu(decode: Engine) -> float:
+    """KV bytes per prompt token and decode GPU a transfer moves. A speculating decode pool
+    needs its drafter's KV of the prompt too (MTP and EAGLE heads attend over the whole
+    context). We model it as built where the prompt is and moved with the target's, as
+    SGLang's P/D transfer sends the draft model's KV pages beside the target's
+    (sgl-project/sglang PR #20698 separates the two pointer groups); the prefill pool's own
+    drafter pass over the prompt (one MTP layer or EAGLE head beside the whole model) is not
+    costed. Recomputing it on the decode side instead would be a prefill of the drafter there."""
+    spec = decode.speculative
+    draft = spec.draft_kv_bytes_per_token_per_gpu if spec is not None else 0.0
+    return decode.memory.kv_bytes_per_token_per_gpu + draft
 
 
 def _kv_link(
@@ -248,7 +277,7 @@ def _kv_link(
             kv.link,
             _layout(dep.prefill, arch),
             _layout(dep.decode, arch),
-            decode.memory.kv_bytes_per_token_per_gpu,
+            _moved_kv_bytes_per_token_per_gpu(decode),
             arch.num_layers,
             gb_per_s=kv.gb_per_s,
             latency_s=kv.latency_s,
@@ -260,13 +289,18 @@ def _kv_link(
     return replace(slow, latency_s=max(c.latency_s for c in links))
 
 
-def pool_spec(engine: Engine, pool: WorkerPool) -> PoolSpec:
+def pool_spec(
+    engine: Engine, pool: WorkerPool, cfg: SchedulerConfig | None = None
+) -> PoolSpec:
+    """What a pool's replicas are built from; `cfg` replaces the engine's scheduler settings
+    (a speculating decode pool's carry the run's acceptance draws)."""
+    spec = engine.speculative
     return PoolSpec(
         pool.replicas,
         pool.gpus_per_replica,
-        engine.scheduler,
-        engine.step_model,
+        cfg if cfg is not None else engine.scheduler,
+        engine.replica_model,
         engine.style,
-        engine.memory.kv_capacity_tokens,
+        spec.kv_capacity_tokens if spec is not None else engine.memory.kv_capacity_tokens,
         pool,
     )

@@ -4,7 +4,9 @@ together because the MoE layers' collectives join every rank each layer.
 
 An in-engine router (`attention_dp_router`) places each request on a rank. A step plans every
 rank's batch, costs it with `cost.ranks.ranked_step` (the slowest rank plus the shared MoE
-part) and commits every rank at the step's end. A request's `replica` record names its rank
+part; with speculative decoding `cost.spec_ranks.ranked_speculative_step`: each rank drafts
+and verifies its own sequences, the MoE sees every rank's verified tokens) and commits every
+rank at the step's end. A request's `replica` record names its rank
 (replica x D + rank), whose decode-step clock times its tokens.
 """
 
@@ -13,12 +15,15 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
 
+from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.ranks import RankedStep, ranked_decode_run, ranked_step
 from simulator.cost.shape import BatchShape
+from simulator.cost.spec_ranks import ranked_speculative_step
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
 from simulator.serving.clock import Clock
@@ -26,6 +31,7 @@ from simulator.serving.replica import MAX_DECODE_RUN, MIN_DECODE_RUN, Replica, R
 from simulator.serving.request import Request
 from simulator.serving.router import Router
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
+from simulator.serving.scheduler import Scheduler
 from simulator.serving.step_commit import Rank, StepLog, commit_rank, log_gaps
 from simulator.serving.step_loop import Process, StepPolicy
 
@@ -40,7 +46,7 @@ class RankedReplica(Replica):
         env: Clock,
         index: int,
         cfg: SchedulerConfig,
-        model: StepModel,
+        model: StepModel | SpeculativeStepModel,
         style: EngineStyle,
         on_finish: Callable[[Request], None],
         log: StepLog,
@@ -53,7 +59,9 @@ class RankedReplica(Replica):
         self.ranks = [Rank(env, index * ranks + j, cfg) for j in range(ranks)]
         self.sched = self.ranks[0].sched  # fits_ever and limits: every rank is configured alike
         self.rank_router = rank_router
-        self.ranked_model = model
+        # Speculative decoding: every rank's scheduler draws its own sequences' acceptance.
+        self.spec_model = model if isinstance(model, SpeculativeStepModel) else None
+        self.ranked_model = model.target if isinstance(model, SpeculativeStepModel) else model
         self.imbalance_s = 0.0  # summed (slowest - mean) rank-local GPU time of every step
         self.gpu_s = 0.0  # summed GPU time of every step
 
@@ -79,6 +87,9 @@ class RankedReplica(Replica):
 
     def clocks(self) -> list[array[float]]:
         return [rk.decode_end_s for rk in self.ranks]
+
+    def schedulers(self) -> list[Scheduler]:
+        return [rk.sched for rk in self.ranks]
 
     def _take_in(self, r: Request) -> None:
         rank = self.rank_router(self.ranks, r.index)
@@ -171,7 +182,11 @@ class RankedReplica(Replica):
             decode_seqs=sum(p.batch.decode_seqs for p in live),
             decode_context_tokens=sum(p.batch.decode_context_tokens for p in live),
         )
-        c = self.ranked_model.cost(b)
+        if self.spec_model is not None:  # the breakdown of an even split of the summed batch
+            k = max(p.batch.speculative_tokens_per_seq for p in live)
+            c = self.spec_model.cost(replace(b, speculative_tokens_per_seq=k))
+        else:
+            c = self.ranked_model.cost(b)
         blocks = sum(rk.sched.cfg.num_blocks for rk in self.ranks)
         self.log.rows.append(
             (
@@ -218,8 +233,13 @@ class RankedSteps(ReplicaSteps):
 
     def cost(self, plans: list[PlannedStep | None]) -> float:
         rep = self.ranked
-        step = self.step = ranked_step(
-            rep.ranked_model, [IDLE if p is None else p.batch for p in plans])
+        batches = [IDLE if p is None else p.batch for p in plans]
+        if rep.spec_model is not None:
+            spec = ranked_speculative_step(rep.spec_model, batches)
+            step = self.step = spec.step
+            rep.draft_gpu_s += spec.draft_s
+        else:
+            step = self.step = ranked_step(rep.ranked_model, batches)
         # Each rank's scheduler runs in its own process, so host work overlaps across
         # ranks: the busiest rank's sequence count sets the host time.
         seqs = max(p.num_seqs for p in plans if p is not None)

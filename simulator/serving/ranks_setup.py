@@ -106,6 +106,13 @@ def expert_slots(
         raise InputError(f"deployment.moe_routing: {exc}") from None
 
 
+def speculative_key(dep: AggregatedDeployment | WorkerPool) -> str:
+    """Where a deployment's speculative block sits: only a decode pool of a disaggregated
+    deployment speculates there."""
+    return "deployment.speculative" if isinstance(dep, AggregatedDeployment) else (
+        "deployment.decode.speculative")
+
+
 def make_replicas(
     dep: AggregatedDeployment | WorkerPool,
     arch: Architecture,
@@ -121,15 +128,16 @@ def make_replicas(
     ranks = target.layout.attention_data_parallel
     count = dep.replicas * replicas_per_engine(dep, arch)
     slots = microbatch_slots(target.layout)
-    if (ranks > 1 or slots > 1) and not isinstance(model, StepModel):
+    if slots > 1 and not isinstance(model, StepModel):
         raise InputError(
-            "deployment.speculative: speculative decoding with attention-DP ranks or pipeline "
-            "micro-batches is not simulated yet; remove speculative or use a TP-only layout"
+            f"{speculative_key(dep)}: speculative decoding with pipeline micro-batches "
+            f"(pipeline_parallel {target.layout.pipeline_parallel}) is not simulated yet; remove "
+            f"speculative or use pipeline_parallel 1"
         )
     if ranks > 1:
         router = ROUTERS[dep.attention_dp_router]
         return [
-            RankedReplica(env, i, cfg, target, style, finish, log, ranks, router, check)
+            RankedReplica(env, i, cfg, model, style, finish, log, ranks, router, check)
             for i in range(count)
         ]
     if slots > 1:

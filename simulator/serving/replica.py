@@ -20,6 +20,7 @@ from simulator.serving.intake import Intake
 from simulator.serving.request import Request
 from simulator.serving.run_plan import RunPlan, plan_run
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
+from simulator.serving.scheduler import Scheduler
 from simulator.serving.step_commit import Rank, commit_rank, log_gaps
 from simulator.serving.step_commit import StepLog as StepLog  # where the callers import it
 from simulator.serving.step_loop import Process, StepPolicy, run_steps
@@ -246,6 +247,10 @@ class Replica:
     def clocks(self) -> list[array[float]]:
         """Decode-step end times of each clock a request's `replica` record can name."""
         return [self.decode_end_s]
+
+    def schedulers(self) -> list[Scheduler]:
+        """Every scheduler of the replica (an attention-DP one: one per rank)."""
+        return [self.sched]
 
     @property
     def waiting_count(self) -> int:

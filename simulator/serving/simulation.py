@@ -166,13 +166,14 @@ class RunState:
         if isinstance(dep, DisaggregatedDeployment):
             assert engine.prefill_pool is not None and engine.kv_link is not None
             pools = DisaggregatedPools(
-                env, pool_spec(engine.prefill_pool, dep.prefill), pool_spec(engine, dep.decode),
-                engine.kv_link, self.route, self.stream.output_tokens, self.finish, self.log,
-                check,
+                env, pool_spec(engine.prefill_pool, dep.prefill),
+                pool_spec(engine, dep.decode, cfg), engine.kv_link, self.route,
+                self.stream.output_tokens, self.finish, self.log, check,
             )
             self.pools = pools
             self.replicas, self.everyone = pools.prefill, pools.replicas
             self.cfg = engine.prefill_pool.scheduler
+            self.decoders, self.decode_cfg = pools.decode, cfg
             self.fits_ever = pools.fits_ever
             self.make_request = pools.entry_request
         else:
@@ -182,6 +183,7 @@ class RunState:
             self.warnings_pre = dense_dp_notes(dep, engine.arch)
             self.everyone = self.replicas
             self.cfg = cfg
+            self.decoders, self.decode_cfg = self.replicas, cfg
             self.fits_ever = self.replicas[0].sched.fits_ever_tokens
 
     def go(self) -> str:
@@ -321,8 +323,8 @@ def run_output(state: RunState, status: str, engine: Engine) -> RunOutput:
         token_history=state.token_history,
         end_s=float(state.env.instant),
         pools=pools,
-        speculative=speculative_stats(engine.speculative, state.cfg, replicas, state.stream,
-                                      state.verify_tally),
+        speculative=speculative_stats(engine.speculative, state.decode_cfg, state.decoders,
+                                      state.stream, state.verify_tally),
         spec_emitted=state.spec_emitted,
     )
 

@@ -15,10 +15,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from simulator.cost.draft import SpeculativeStepModel, crossover_batch, make_drafter
+from simulator.cost.draft import SpeculativeStepModel, make_drafter
 from simulator.cost.memory import MemoryBudget, kv_bytes_per_token_per_gpu, weights_bytes_per_gpu
+from simulator.cost.spec_ranks import crossover_batch
 from simulator.cost.step import StepModel
 from simulator.errors import InputError, tag_key
+from simulator.inputs.spec_defaults import with_default_acceptance
 from simulator.inputs.speculative import (
     DEFAULT_KIND,
     WORKLOAD_KINDS,
@@ -44,6 +46,7 @@ class SpeculativeEngine:
     draft_weights_bytes_per_gpu: float
     draft_kv_bytes_per_token_per_gpu: float
     kv_capacity_tokens: int  # the target's KV pool once the drafter has taken its share
+    notes: tuple[str, ...] = ()  # what the build chose for the user (a default acceptance)
 
     @property
     def expected_acceptance_length(self) -> float:
@@ -119,7 +122,11 @@ def build_speculative(
     target: StepModel,
     budget: MemoryBudget,
     base_dir: Path | None,
+    key: str = "deployment.speculative",
 ) -> SpeculativeEngine:
+    """The drafter, its memory and the acceptance of `cfg` on `target`; a block that gives
+    no acceptance takes the one preset published for the model, method and traffic kind
+    (`key`: where the block sits, for the messages)."""
     draft_arch = None
     if cfg.draft_model is not None:
         name = cfg.draft_model
@@ -131,6 +138,7 @@ def build_speculative(
             tag_key(exc, "speculative.draft_model")
             raise
     drafter = make_drafter(cfg.method, target, draft_arch)
+    cfg, note = with_default_acceptance(cfg, target.arch.name, kind, key)
     rates = per_position_rates(cfg, kind)
     draft_w = draft_kv = 0.0
     if drafter is not None:
@@ -151,6 +159,7 @@ def build_speculative(
         draft_w,
         draft_kv,
         tokens,
+        (note,) if note is not None else (),
     )
 
 
@@ -213,8 +222,9 @@ def speculative_stats(
     if spec is None or cfg.speculative is None:
         return None
     d = cfg.speculative
-    seqs = sum(r.sched.spec_verify_seqs for r in replicas)
-    emitted = sum(r.sched.spec_verify_emitted for r in replicas)
+    scheds = [s for r in replicas for s in r.schedulers()]
+    seqs = sum(s.spec_verify_seqs for s in scheds)
+    emitted = sum(s.spec_verify_emitted for s in scheds)
     gpu = sum(r.gpu_s for r in replicas)
     draft = sum(r.draft_gpu_s for r in replicas)
     c = spec.config
@@ -235,7 +245,7 @@ def speculative_stats(
         "verify_share_of_gpu_time": (gpu - draft) / gpu if gpu > 0 else 0.0,
         "crossover_batch": d.crossover_batch,
         "crossover_context_tokens": d.crossover_context_tokens,
-        "policy_switches": sum(r.sched.spec_switches for r in replicas),
+        "policy_switches": sum(s.spec_switches for s in scheds),
         "draft_weights_gb_per_gpu": spec.draft_weights_bytes_per_gpu / 1e9,
         "preset_source": _source(c, spec.kind),
     }
