@@ -183,6 +183,15 @@ class _Worker(_Strict):
             )
         return v
 
+    # `speculative` is declared by the engine types that may draft (after their own fields, so
+    # the scheduler is validated first); its step must fit the scheduler's token budget.
+    @field_validator("speculative", check_fields=False)
+    @classmethod
+    def _verify_fits_a_step(
+        cls, v: SpeculativeConfig | None, info: ValidationInfo
+    ) -> SpeculativeConfig | None:
+        return verify_fits_a_step(v, info)
+
     @property
     def gpus_per_replica(self) -> int:
         return self.tensor_parallel * self.pipeline_parallel * self.attention_data_parallel
@@ -242,13 +251,6 @@ class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `k
         """Each engine type with the key path it sits at: here the deployment itself."""
         return (("deployment", self),)
 
-    @field_validator("speculative")
-    @classmethod
-    def _verify_fits_a_step(
-        cls, v: SpeculativeConfig | None, info: ValidationInfo
-    ) -> SpeculativeConfig | None:
-        return verify_fits_a_step(v, info)
-
 
 class WorkerPool(_Worker):
     """A prefill or decode pool of a disaggregated deployment. `hardware` puts the pool on
@@ -259,13 +261,6 @@ class WorkerPool(_Worker):
     # Speculative decoding in this pool's decode steps (a decode pool's; a prefill pool has
     # no decode steps to speed up and refuses it).
     speculative: SpeculativeConfig | None = None
-
-    @field_validator("speculative")
-    @classmethod
-    def _verify_fits_a_step(
-        cls, v: SpeculativeConfig | None, info: ValidationInfo
-    ) -> SpeculativeConfig | None:
-        return verify_fits_a_step(v, info)
 
 
 class PrefillPool(WorkerPool):
