@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, get_args
 
 if TYPE_CHECKING:  # pydantic costs ~0.1 s to import: only the commands that validate load it
     from pydantic import ValidationError
@@ -48,11 +49,58 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return "".join(parts) or "(top level)"
 
 
-def format_validation_error(source: str, exc: ValidationError) -> str:
-    """First pydantic error as `file: key.path: problem (got value)` on one line."""
-    err = exc.errors()[0]
+def _models_of(tp: Any) -> list[Any]:
+    """The pydantic model classes a field's type can hold (unions, Annotated, Optional)."""
+    from pydantic import BaseModel
+
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [tp]
+    return [m for a in get_args(tp) for m in _models_of(a)]
+
+
+def valid_keys(model: Any, loc: tuple[int | str, ...]) -> list[str]:
+    """The keys valid at `loc` (a pydantic error location, union tags included) under the
+    model class `model`; empty when the place is not a mapping of fields."""
+    current = [model]
+    for part in loc:
+        if isinstance(part, int) or not current:
+            continue
+        if part.endswith("-tag"):  # a tagged union's member: the one whose kind is the tag
+            kind = part[: -len("-tag")]
+            current = [m for m in current if getattr(
+                m.model_fields.get("kind"), "default", None) == kind] or current
+            continue
+        fields = [m.model_fields[part] for m in current if part in m.model_fields]
+        current = [c for f in fields for c in _models_of(f.annotation)]
+    return sorted({k for m in current for k in m.model_fields}) if current else []
+
+
+def _suggestion(model: Any, err: Any) -> str:
+    """'; did you mean 'tensor_parallel'? (valid: ...)' for an unknown key, else ''."""
+    if model is None or err["type"] != "extra_forbidden" or not err["loc"]:
+        return ""
+    bad = str(err["loc"][-1])
+    valid = valid_keys(model, tuple(err["loc"][:-1]))
+    if not valid:
+        return ""
+    close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{hint} (valid: {', '.join(valid)})"
+
+
+def format_validation_error(source: str, exc: ValidationError, model: Any = None) -> str:
+    """First pydantic error as `file: key.path: problem (got value)` on one line. An unknown
+    key comes first (a misspelt key often causes the other errors) and, given the root
+    `model` class, says which valid key it is probably meant to be."""
+    errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+    err = errors[0]
     # Tagged unions put the tag in the location (e.g. arrival.poisson.rate_per_s): drop it.
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.endswith("-tag")))
+    suggestion = _suggestion(model, err)
+    if suggestion:
+        more = len(errors) - 1
+        return (f"{source}: {_loc(loc)}: unknown key{suggestion}"
+                + (f" [+{more} more]" if more > 0 else ""))
     msg = err["msg"].replace("\n", " ")
     got = err.get("input")
     shown = ""

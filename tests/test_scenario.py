@@ -175,9 +175,11 @@ def test_disaggregated_is_validated_and_counts_both_pools() -> None:
 
 def test_unknown_key_names_its_path() -> None:
     assert _error(["deployment.scheduler.max_seqs=4"]) == (
-        "scenario: deployment.scheduler.max_seqs: Extra inputs are not permitted (got 4)"
+        "scenario: deployment.scheduler.max_seqs: unknown key; did you mean 'max_num_seqs'? "
+        "(valid: block_size, chunked_prefill, max_num_batched_tokens, max_num_seqs, "
+        "max_prefill_tokens, policy, recv_interval_steps)"
     )
-    assert _error(["colour=blue"]).startswith("scenario: colour: Extra inputs")
+    assert _error(["colour=blue"]).startswith("scenario: colour: unknown key (valid: ")
 
 
 def test_negative_rate_names_the_key() -> None:
@@ -361,7 +363,7 @@ def test_kind_change_drops_keys_of_the_old_variant() -> None:
             "workload.arrival.rate_per_s=3",
         ]
     )
-    assert "workload.arrival.rate_per_s: Extra inputs are not permitted" in msg
+    assert "workload.arrival.rate_per_s: unknown key (valid: concurrency, kind)" in msg
     # the new variant's own required keys are still required
     assert "workload.arrival.concurrency: Field required" in _error(
         ["workload.arrival.kind=closed_loop"]

@@ -32,6 +32,7 @@ COMMANDS = {
     "recommend": "simulator.cli.sweep:recommend",
     "report": "simulator.cli.sweep:report",
     "scenarios": "simulator.cli.catalogs:scenarios",
+    "schema": "simulator.cli.schema:schema",
     "simulate": "simulator.cli.simulate:simulate",
     "sweep": "simulator.cli.sweep:sweep",
     "validate": "simulator.cli.validate:validate",

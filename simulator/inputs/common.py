@@ -37,7 +37,9 @@ class HardwareConfig(_Strict):
     """Which GPU and how many: the profile name and the machine shape."""
 
     gpu: Annotated[str, Field(min_length=1)]  # hardware profile name, e.g. h200-sxm
+    # GPUs in one scale-up (NVLink) domain: a replica must fit in one to use NVLink.
     gpus_per_node: Annotated[int, Field(ge=1, le=72)] = 8
+    # Machines of gpus_per_node GPUs; the deployment's GPUs must fit in nodes x gpus_per_node.
     nodes: Annotated[int, Field(ge=1, le=100_000)] = 1
 
 

@@ -6,7 +6,7 @@ pool. Every key here is public (docs/architecture.md, public names).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -71,10 +71,31 @@ class Precision(_Strict):
         return v
 
 
+def _precision_shorthand(value: Any) -> Any:
+    """`precision: fp8` stands for weights and activations in FP8 with the default KV cache
+    (activations stay BF16 for a weight-only format such as int4)."""
+    if isinstance(value, str):
+        return {"weights": value, "activations": "bf16" if value in WEIGHT_ONLY_FORMATS else value}
+    return value
+
+
+PrecisionSpec = Annotated[
+    Precision,
+    BeforeValidator(_precision_shorthand, json_schema_input_type=Precision | NumberFormat),
+]
+
+
 class Scheduler(_Strict):
+    # Most sequences in one engine step's batch (vLLM --max-num-seqs).
     max_num_seqs: PosInt = 256
+    # Token budget of one step: prompt chunks plus one token per decoding sequence (vLLM --max-num-
+    # batched-tokens).
     max_num_batched_tokens: PosInt = 8192
+    # Split long prompts across steps within the token budget and mix them with decodes; false: a
+    # prompt is prefilled whole, in a step of its own.
     chunked_prefill: bool = True
+    # Order of the waiting queue: first come first served, or by `workload.priorities` (lower
+    # first).
     policy: Literal["fcfs", "priority"] = "fcfs"
     block_size: Annotated[int, Field(ge=1, le=1024)] = 16  # KV cache page, tokens
     # Poll the input queue every this many steps (SGLang --scheduler-recv-interval, default 1:
@@ -113,7 +134,9 @@ class Scheduler(_Strict):
 class Overhead(_Strict):
     """Per-step CPU overhead; overrides the defaults of the chosen engine style."""
 
+    # Host (CPU) time per engine step, seconds.
     step_s: Annotated[float, Field(ge=0)]
+    # Host time per sequence in the step, seconds.
     per_seq_s: Annotated[float, Field(ge=0)]
 
 
@@ -124,9 +147,11 @@ class MoeRouting(_Strict):
     `redundant_experts` adds EPLB-style copies of the hottest experts (a multiple of
     expert_parallel)."""
 
+    # Load of the experts: even, or Zipf-skewed with exponent `s`.
     skew: Literal["uniform", "zipf"] = "uniform"
     s: Annotated[float, Field(ge=0)] = 1.0  # Zipf exponent: load of the i-th expert ∝ 1/i^s
     profile: str | None = None  # path to a per-expert load file (CSV/whitespace numbers)
+    # Extra copies of the hottest experts (EPLB), spread over the EP ranks.
     redundant_experts: Annotated[int, Field(ge=0)] = 0
 
 
@@ -136,10 +161,17 @@ RankRouter = Literal["round_robin", "least_outstanding", "shortest_expected_late
 class _Worker(_Strict):
     """Fields of one engine type: an aggregated deployment, or a prefill or decode pool."""
 
+    # Independent copies of the engine, each on its own GPUs, behind the router.
     replicas: PosInt = 1
+    # GPUs that split every layer's weights and heads (all-reduce per layer).
     tensor_parallel: PosInt = 1
+    # Stages that split the layers (micro-batches flow through them).
     pipeline_parallel: PosInt = 1
+    # Attention-DP ranks: each holds its own sequences and KV; MoE layers join them (SGLang --dp
+    # with DP attention).
     attention_data_parallel: PosInt = 1
+    # GPUs the experts of a MoE layer are spread over (at most tensor_parallel x
+    # attention_data_parallel).
     expert_parallel: PosInt = 1
     # How an attention-DP replica's MoE layers exchange tokens: `gather` (all-gather before the
     # experts, reduce-scatter after: SGLang's default --moe-a2a-backend none, vLLM's
@@ -149,12 +181,18 @@ class _Worker(_Strict):
     moe_dispatch: Literal["gather", "all_to_all"] = "gather"
     # In-engine balancer of requests over attention-DP ranks (SGLang's load-balance method).
     attention_dp_router: RankRouter = "round_robin"
+    # How routed tokens spread over the experts.
     moe_routing: MoeRouting = MoeRouting()
-    precision: Precision = Precision()
+    # Number formats of weights, activations and the KV cache; one format name is shorthand
+    # for weights and activations in it (`precision: fp8`), the KV cache at its default.
+    precision: PrecisionSpec = Precision()
+    # The engine's batching limits and queue policy.
     scheduler: Scheduler = Scheduler()
     # software style (engines/engine_styles.yaml): host overheads, scheduling, front end
     engine: Literal["vllm", "sglang", "trtllm", "vllm-0.2", "distserve"] = "vllm"
+    # Host cost per step and per sequence; None: the engine style's (or a calibration's).
     overhead: Overhead | None = None
+    # Share of GPU memory the engine may use (weights, activations, KV cache).
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # the engine's context window (vLLM --max-model-len); None: the model's
     max_model_len: PosInt | None = None
@@ -243,7 +281,9 @@ class _AggregatedKind(_Strict):
 
 class AggregatedDeployment(_Worker, _AggregatedKind):  # this base order puts `kind` first
     comm_overlap: Annotated[float, Field(ge=0, le=1)] = 0.0  # communication hidden by compute
+    # How requests are spread over the replicas.
     router: Router = "round_robin"
+    # Speculative decoding (draft and verify); None: off.
     speculative: SpeculativeConfig | None = None
 
     @property
@@ -257,6 +297,7 @@ class WorkerPool(_Worker):
     machines of its own (another GPU type, as Splitwise runs H100 prompt machines and A100
     token machines); unset, it shares the scenario's `hardware` with the other pool."""
 
+    # This pool's own GPUs (another machine type); None: the scenario's hardware.
     hardware: HardwareConfig | None = None
     # Speculative decoding in this pool's decode steps (a decode pool's; a prefill pool has
     # no decode steps to speed up and refuses it).
@@ -282,6 +323,7 @@ class PrefillPool(WorkerPool):
 class KVTransfer(_Strict):
     """How a request's KV cache moves from its prefill replica to its decode replica."""
 
+    # Path of the KV cache from prefill to decode: NVLink inside one domain, or the network (NICs).
     link: Literal["nvlink", "network"] = "network"
     gb_per_s: PosFloat | None = None  # per replica pair; None: the profile's NIC or NVLink
     latency_s: Annotated[float, Field(ge=0)] | None = None  # None: the profile's link latency
@@ -290,9 +332,13 @@ class KVTransfer(_Strict):
 
 class DisaggregatedDeployment(_Strict):
     kind: Literal["disaggregated"] = "disaggregated"
+    # The pool that prefills prompts (its first token goes with the KV to decode).
     prefill: PrefillPool = PrefillPool()
+    # The pool that decodes.
     decode: WorkerPool = WorkerPool()
+    # How the KV cache moves between the pools.
     kv_transfer: KVTransfer = KVTransfer()
+    # How requests are spread over the replica pairs.
     router: Router = "round_robin"
 
     @property

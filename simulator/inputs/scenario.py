@@ -65,8 +65,11 @@ from simulator.yamlsafe import safe_load_bounded
 
 
 class SLO(_Strict):
+    # Target for the 99th percentile of time to first token, seconds.
     ttft_p99_s: PosFloat | None = None
+    # Target for the 99th percentile of time per output token after the first, seconds.
     tpot_p99_s: PosFloat | None = None
+    # Target for the 99th percentile of end-to-end request latency, seconds.
     e2e_p99_s: PosFloat | None = None
 
     @model_validator(mode="after")
@@ -79,7 +82,9 @@ class SLO(_Strict):
 class Limits(_Strict):
     """Caps that end unstable runs (a queue that grows without bound) early."""
 
+    # End the run at this simulated time (status time_limit); None: run every request.
     max_simulated_time_s: PosFloat | None = None
+    # End the run when this many requests wait (status queue_limit); None: no cap.
     max_waiting_requests: PosInt | None = None
 
 
@@ -87,13 +92,22 @@ class Limits(_Strict):
 
 
 class Scenario(_Strict):
+    # Version of this file format (1).
     schema_version: Literal[1] = 1
+    # Free text shown in results and reports.
     name: str = ""
     model: Annotated[str, Field(min_length=1)]  # catalog name or path to an HF config.json
+    # The GPU profile and machine shape.
     hardware: HardwareConfig
+    # How the model is served: aggregated (one engine type) or disaggregated (prefill and decode
+    # pools).
     deployment: DeploymentSpec = AggregatedDeployment()
+    # The traffic: arrivals, lengths, how many requests.
     workload: Workload
+    # Latency targets: goodput and SLO attainment are judged against them; sweeps and recommend use
+    # them.
     slo: SLO | None = None
+    # Caps that end an unstable run early.
     limits: Limits = Limits()
 
     @field_validator("deployment")
@@ -278,7 +292,7 @@ def load_scenario_file(
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise InputError(format_validation_error(source, exc)) from None
+        raise InputError(format_validation_error(source, exc, Scenario)) from None
     return scenario, base_dir
 
 

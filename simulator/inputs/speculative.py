@@ -81,19 +81,27 @@ def load_presets() -> dict[str, dict[str, PresetRow]]:
 
 
 class SpeculativeConfig(_Strict):
+    # Who drafts: a draft model, EAGLE-3 heads, the model's MTP layers, DFlash, DSpark, or n-gram
+    # lookup.
     method: SpeculativeMethod
+    # Tokens drafted per step (k); the target verifies k + 1 positions.
     num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
     # mean tokens emitted per verification step, bonus token included: 1 .. k+1
     acceptance_length: float | None = None
+    # Probability a drafted token is accepted: one value, or one per draft position.
     acceptance_rate: Rate | tuple[Rate, ...] | None = None
+    # A published acceptance figure (speculative_presets.csv) by traffic kind; none of the three
+    # given: the one preset for the model and method, if exactly one fits.
     preset: str | None = None
     draft_model: str | None = None  # catalog name or config.json path (method draft_model)
+    # auto: stop drafting above the batch where a verify step no longer pays for itself.
     policy: Literal["always", "auto"] = "always"
     # Tree drafting (EAGLE-2/3's dynamic tree): the target verifies `tree_tokens` positions per
     # sequence (the tree's draft tokens + 1, EAGLE's total_token) instead of a k-token chain's
     # k + 1, and each draft pass after the first expands `tree_top_k` tokens per sequence; k
     # stays the tree's depth (the longest path acceptance can take). Absent: a chain.
     tree_tokens: Annotated[int, Field(ge=2, le=1024)] | None = None
+    # Tokens each draft pass after the first expands per sequence (tree drafting).
     tree_top_k: Annotated[int, Field(ge=1, le=64)] | None = None
 
     @field_validator("acceptance_length")

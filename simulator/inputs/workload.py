@@ -39,6 +39,7 @@ class OfflineArrival(_Strict):
 
 class PoissonArrival(_Strict):
     kind: Literal["poisson"] = "poisson"
+    # Mean arrivals per second (exponential gaps).
     rate_per_s: PosFloat
 
 
@@ -46,12 +47,14 @@ class GammaArrival(_Strict):
     """Renewal process with gamma gaps: cv 1 is Poisson, cv > 1 is burstier."""
 
     kind: Literal["gamma"] = "gamma"
+    # Mean arrivals per second.
     rate_per_s: PosFloat
     cv: PosFloat  # coefficient of variation of the gaps
 
 
 class ConstantArrival(_Strict):
     kind: Literal["constant"] = "constant"
+    # Arrivals per second, evenly spaced.
     rate_per_s: PosFloat
 
 
@@ -59,6 +62,7 @@ class ClosedLoopArrival(_Strict):
     """`concurrency` requests in flight; a new one is sent when one finishes."""
 
     kind: Literal["closed_loop"] = "closed_loop"
+    # Requests in flight at once (clients that each wait for their answer).
     concurrency: PosInt
 
 
@@ -66,6 +70,7 @@ class TraceArrival(_Strict):
     """Arrival times and lengths from a CSV (path relative to the scenario file)."""
 
     kind: Literal["trace"] = "trace"
+    # CSV with arrival_s, input_tokens, output_tokens (and optional kind) columns.
     path: Annotated[str, Field(min_length=1)]
     time_scale: PosFloat = 1.0  # multiplies the trace's times: 0.5 replays twice as fast
 
@@ -93,7 +98,9 @@ ArrivalSpec = Annotated[
 class _Clipped(_Strict):
     """Optional clipping of samples to [min, max] tokens."""
 
+    # Clip samples below this length up to it, tokens.
     min: Tokens | None = None
+    # Clip samples above this length down to it, tokens.
     max: Tokens | None = None
 
     @field_validator("max")
@@ -107,6 +114,7 @@ class _Clipped(_Strict):
 
 class FixedLengths(_Strict):
     kind: Literal["fixed"] = "fixed"
+    # Every request has this many tokens.
     value: Tokens
 
 
@@ -114,7 +122,9 @@ class UniformLengths(_Strict):
     """Integers uniform on [min, max], both included."""
 
     kind: Literal["uniform"] = "uniform"
+    # Smallest length, tokens.
     min: Tokens
+    # Largest length, tokens.
     max: Tokens
 
     @field_validator("max")
@@ -128,7 +138,9 @@ class UniformLengths(_Strict):
 
 class NormalLengths(_Clipped):
     kind: Literal["normal"] = "normal"
+    # Mean length, tokens.
     mean: PosFloat
+    # Standard deviation, tokens.
     std: Annotated[float, Field(ge=0)]
 
 
@@ -140,9 +152,13 @@ class LognormalLengths(_Clipped):
     """
 
     kind: Literal["lognormal"] = "lognormal"
+    # Median length, tokens.
     median: PosFloat | None = None
+    # 90th-percentile length, tokens.
     p90: PosFloat | None = None
+    # Mean of the lengths (not of their logarithm), tokens.
     mean: PosFloat | None = None
+    # Standard deviation of log(length).
     sigma: PosFloat | None = None
 
     @model_validator(mode="after")
@@ -163,8 +179,11 @@ class EmpiricalLengths(_Clipped):
     """Resampled (with replacement) from inline `values` or from a CSV `column` at `path`."""
 
     kind: Literal["empirical"] = "empirical"
+    # Lengths to resample from, inline.
     values: Annotated[tuple[Tokens, ...], Field(min_length=1)] | None = None
+    # CSV file to read the lengths from (relative to the scenario file).
     path: Annotated[str, Field(min_length=1)] | None = None
+    # Column of that CSV.
     column: Annotated[str, Field(min_length=1)] | None = None
 
     @model_validator(mode="after")
@@ -198,7 +217,9 @@ LengthSpec = Annotated[
 class Priorities(_Strict):
     """Each request draws a priority; lower value is served first (vLLM convention)."""
 
+    # The priority values requests draw from.
     values: Annotated[tuple[Int32, ...], Field(min_length=1)]
+    # Relative weight of each value (one per value).
     weights: Annotated[tuple[PosFloat, ...], Field(min_length=1)]
 
     @field_validator("weights")
@@ -211,11 +232,17 @@ class Priorities(_Strict):
 
 
 class Workload(_Strict):
+    # When requests arrive: offline, poisson, gamma, constant, closed_loop or trace.
     arrival: ArrivalSpec
+    # Prompt length distribution (not with a trace, which carries its own).
     input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
+    # Output length distribution (not with a trace).
     output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
+    # Requests in the run (a trace's first this many).
     num_requests: Annotated[int, Field(ge=1, le=100_000_000)] = 1000
+    # Seed of every random draw: the same seed gives the same run.
     seed: Annotated[int, Field(ge=0)] = 0
+    # Per-request priorities (with scheduler.policy priority).
     priorities: Priorities | None = None
     # What the traffic is, for speculative presets (acceptance differs by kind); None: chat.
     kind: WorkloadKind | None = None
