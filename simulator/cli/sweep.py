@@ -318,8 +318,11 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
 @click.option("--color-by", default=None, help="Swept key that colours the split frontier plot.")
 @click.option("--skip-bad-rows", is_flag=True,
               help="Single-scenario reports: drop and count bad trace rows instead of refusing.")
+@click.option("--svg", "svg_file", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Sweep reports: also write the frontier plot as a static SVG here.")
 def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis: str | None,
-           y_axis: str | None, color_by: str | None, skip_bad_rows: bool) -> None:
+           y_axis: str | None, color_by: str | None, skip_bad_rows: bool,
+           svg_file: str | None) -> None:
     """HTML report (opens offline) of a sweep folder, or of one scenario's simulation (a
     SCENARIO.yaml or a shipped scenario's name)."""
     from simulator.inputs.shipped import resolve_scenario
@@ -333,7 +336,11 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
 
         html = Path(out_file) if out_file else path / "report.html"
         write_sweep_report(path, html, color_by=color_by, **_axes(x_axis, y_axis))
+        if svg_file is not None:
+            _write_svg(path, Path(svg_file), _axes(x_axis, y_axis))
     else:
+        if svg_file is not None:
+            raise InputError("--svg draws a sweep's frontier: give a sweep folder")
         import yaml
 
         from simulator.report import write_scenario_report
@@ -349,6 +356,19 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
         html = Path(out_file) if out_file else Path.cwd() / f"{path.stem}.html"
         write_scenario_report(path, html, overrides, skip_bad_rows)
     click.echo(f"wrote {html}")
+
+
+def _write_svg(sweep_dir: Path, svg: Path, axes: dict[str, Any]) -> None:
+    from simulator.report.svg_plot import frontier_svg
+    from simulator.report.sweep_report import load_sweep_dir
+    from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
+    from simulator.sweep.store import write_atomic
+
+    _, rows, manifest = load_sweep_dir(sweep_dir)
+    name = Path(str(manifest.get("source", sweep_dir))).stem
+    write_atomic(svg, frontier_svg(rows, list(manifest["axes"]), axes.get("x", DEFAULT_X),
+                                   axes.get("y", DEFAULT_Y), f"Frontier: {name}"))
+    click.echo(f"wrote {svg}")
 
 
 @click.command("bench-sweep")
