@@ -206,10 +206,51 @@ def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
     assert _n(rows[i + 1], "preemptions") > 0  # past the KV cliff
 
 
+def test_jagged_names_the_kv_arithmetic_and_prints_plain_numbers(runs: dict) -> None:
+    """The cause is the cache: capacity tokens / (request tokens rounded up to 16-token
+    blocks) requests fit, computed here from the run's own columns; no figure is printed in
+    exponent form, and a step that did not change is not called the part that changed."""
+    import math
+    import re
+
+    headlines, page = runs["jagged"]
+    row = _rows(page)[0]
+    cap, seq = _n(row, "kv_capacity_tokens"), _n(row, "kv_chain.mean_sequence_tokens")
+    per = math.ceil(seq / 16) * 16
+    fits = int(cap // per)
+    assert fits == _n(row, "kv_chain.max_batch_that_fits")
+    text = " ".join(headlines)
+    assert f"= {fits} requests fit" in text and f"{per // 16} blocks of 16" in text
+    assert not re.search(r"\d[eE][+-]\d", text), text
+    assert not re.search(r"\(([\d.]+) → \1 ms of ([\d.]+) → \2 ms\)", text), text
+
+
+def test_every_page_opens_with_what_ran(runs: dict) -> None:
+    """Model, GPU, formats, workload, SLO, what was swept and the command, first on the page;
+    the rerun suggestion writes to a new folder, never over the page being read."""
+    for name, (_, page) in runs.items():
+        text = page.read_text()
+        first = text.index("What ran")
+        assert first < text.index("What this run shows"), name
+        for needle in ("Model ", "Workload: ", "SLO: ", "Swept: ", f"frontier lesson {name}"):
+            assert needle in text[first:text.index("What this run shows")], (name, needle)
+        assert f"--out {page.parent} " not in text, name
+
+
+def test_lesson_reruns_write_a_new_folder(tmp_path: Path) -> None:
+    from simulator.cli.lesson import _fresh_folder
+
+    base = tmp_path / "out" / "lesson-jagged"
+    assert _fresh_folder(base) == base
+    base.mkdir(parents=True)
+    (base / "report.html").write_text("read me")
+    assert _fresh_folder(base) == base.with_name("lesson-jagged-2")
+
+
 def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
     """Each page: the frontier, its split by the lesson's key (once per facet) and the
     breakdown drawn, plus the lesson's own figures (speed-up; goodput per traffic mix)."""
     from test_report import check_in_browser
 
-    plots = {"quantization": 4, "speculative": 5, "disaggregation": 6}
+    plots = {"quantization": 4, "speculative": 5, "disaggregation": 6, "jagged": 4}
     check_in_browser([(path, plots.get(name, 3)) for name, (_, path) in runs.items()])

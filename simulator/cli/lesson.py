@@ -31,7 +31,7 @@ def lesson(name: str | None, out_dir: str | None, overrides: tuple[str, ...], qu
         return
     if name not in LESSONS:
         raise InputError(f"unknown lesson {name!r} (valid: {', '.join(LESSONS)})")
-    out = Path(out_dir or f"out/lesson-{name}")
+    out = Path(out_dir) if out_dir else _fresh_folder(Path(f"out/lesson-{name}"))
     costs = host_costs(calibration) if calibration is not None else None
     if calibration is not None:
         click.echo(calibration_line(calibration))
@@ -40,3 +40,13 @@ def lesson(name: str | None, out_dir: str | None, overrides: tuple[str, ...], qu
     for line in headlines:
         click.echo(line)
     click.echo(f"wrote {page}")
+
+
+def _fresh_folder(base: Path) -> Path:
+    """`base`, or base-2, base-3, ...: the first that holds no lesson page yet, so a rerun
+    never overwrites the page a reader has open (`--out` names a folder explicitly)."""
+    n, path = 1, base
+    while (path / "report.html").exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return path

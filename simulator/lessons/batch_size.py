@@ -32,8 +32,10 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         lines.append(f"The cost per million output tokens falls from ${c_lo:.2f} to "
                      f"${c_hi:.2f}: the same GPU-hour is shared by more tokens.")
     else:
-        lines.append("The cost per token is unknown here: give the GPU a price "
-                     "(FRONTIER_GPU_PRICES=h100-sxm=2.5) and this lesson quotes $/Mtok too.")
+        gpu = str((spec.get("hardware") or {}).get("gpu", "GPU"))
+        lines.append(f"The cost per token is unknown here: give the GPU a price "
+                     f"(FRONTIER_GPU_PRICES={gpu}=USD_PER_HOUR) and this lesson quotes $/Mtok "
+                     f"too.")
     model = step_model(spec)
     cross = compute_crossover_batch(model)
     if cross is None:

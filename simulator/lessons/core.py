@@ -24,7 +24,7 @@ from simulator.sweep.cost import gpu_prices
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
 from simulator.sweep.pipeline import run_sweep
 from simulator.sweep.store import write_atomic
-from simulator.sweep.table import Row, number
+from simulator.sweep.table import Row, number, value_label
 
 QUICK_REQUESTS = 48  # --quick: requests per point (the curves keep their shape, noise grows)
 # The breakdown reruns a point with its step time series, which costs each step op by op: at
@@ -128,8 +128,12 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     found = lesson.analyze(good, spec, out_dir)
     rerun = " ".join(["frontier lesson", lesson.name,
                       *(f"--set {o}" for o in (overrides or lesson.rerun))])
-    sections = [Section("What this run shows", "", html_body="".join(
-        f"<p>{html.escape(line)}</p>" for line in found.headlines))]
+    ran = " ".join(["frontier lesson", lesson.name, *(f"--set {o}" for o in overrides),
+                    *(["--quick"] if quick else [])])
+    sections = [Section("What ran", "", html_body="".join(
+        f"<p>{html.escape(line)}</p>" for line in setup_lines(spec, ran)))]
+    sections.append(Section("What this run shows", "", html_body="".join(
+        f"<p>{html.escape(line)}</p>" for line in found.headlines)))
     sections.append(Section(
         "Frontier", "Output tokens/s per GPU against output tokens/s per user (p50), the "
         "convention of the field: up is cheaper, right is faster for each user.",
@@ -157,11 +161,73 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
             "text names, by what bounds it (compute, HBM, communication, fixed kernel cost, "
             f"host), from a rerun of up to {BREAKDOWN_REQUESTS} requests (two per concurrent "
             "slot where that is more).", breakdown_figure(items)))
+    again = out_dir.parent / f"{out_dir.name}-{_slug(overrides or lesson.rerun)}"
     sections.append(Section("Run it again", f"On other hardware or another model: {rerun}"
-                            f" --out {out_dir}"))
+                            f" --out {again} (a new folder: this page stays)"))
     page = out_dir / "report.html"
     write_atomic(page, render_page(f"Lesson: {lesson.name}", lesson.summary, sections))
     return found.headlines, page
+
+
+def _slug(overrides: Sequence[str]) -> str:
+    """'hardware.gpu=b200' -> 'b200': a folder name from the values an override sets."""
+    values = [o.partition("=")[2].strip() for o in overrides]
+    return "-".join("".join(c if c.isalnum() or c in ".-" else "_" for c in v)
+                    for v in values if v) or "again"
+
+
+def _swept(spec: Mapping[str, Any]) -> dict[str, list[Any]]:
+    sweep = dict(spec.get("sweep") or {})
+    out = {k: v for k, v in sweep.items() if k != "zip" and isinstance(v, list)}
+    for group in sweep.get("zip") or []:
+        out.update(group)
+    return out
+
+
+def _value(spec: Mapping[str, Any], path: str, swept: Mapping[str, list[Any]]) -> str:
+    """A key's value as the page states it: swept values listed, else the base value."""
+    if path in swept:
+        return "swept over " + ", ".join(value_label(v) for v in swept[path])
+    node: Any = spec
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    if node is not None:
+        return value_label(node)
+    from simulator.inputs.deployment import AggregatedDeployment
+
+    field = AggregatedDeployment.model_fields.get(path.rsplit(".", 1)[-1])
+    default = getattr(field, "default", None) if path.startswith("deployment.") else None
+    return f"{value_label(default)} (default)" if isinstance(default, str) else "default"
+
+
+def setup_lines(spec: Mapping[str, Any], command: str) -> list[str]:
+    """What a lesson ran, from its own spec: model, GPUs, engine, formats, workload, SLO and
+    the command that reproduces the page."""
+    swept = _swept(spec)
+    wl = spec.get("workload") or {}
+
+    def lengths(key: str) -> str:
+        if f"workload.{key}" in swept:
+            return _value(spec, f"workload.{key}", swept)
+        d = wl.get(key) or {}
+        return str(d.get("value") if d.get("kind") == "fixed" else value_label(d))
+
+    formats = "/".join(_value(spec, f"deployment.precision.{k}", swept)
+                       for k in ("weights", "activations", "kv_cache"))
+    slo = spec.get("slo") or {}
+    lines = [
+        f"Model {_value(spec, 'model', swept)} on {_value(spec, 'hardware.gpu', swept)}, "
+        f"engine style {_value(spec, 'deployment.engine', swept)}, formats (weights/"
+        f"activations/KV) {formats}.",
+        f"Workload: {_value(spec, 'workload.arrival.kind', swept)} arrivals, "
+        f"{lengths('input_tokens')} tokens in and {lengths('output_tokens')} out, "
+        f"{wl.get('num_requests', 'default')} requests per point; SLO: "
+        + (", ".join(f"{k} <= {v}" for k, v in slo.items()) or "none") + ".",
+        "Swept: " + ("; ".join(f"{k} = {', '.join(value_label(x) for x in v)}"
+                               for k, v in swept.items()) or "nothing") + ".",
+        f"Command: {command}",
+    ]
+    return lines
 
 
 def breakdown_scenario(point: Path) -> dict[str, Any]:

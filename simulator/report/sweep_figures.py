@@ -190,14 +190,16 @@ def breakdown_figure(items: Sequence[tuple[str, Mapping[str, float]]]) -> go.Fig
 
 def metric_figure(rows: Sequence[Row], x: str, y: str, group: str, *, title: str,
                   x_label: str, y_label: str, log_x: bool = True,
-                  reference_y: float | None = None) -> go.Figure:
-    """Column `y` against column `x`, one line per value of column `group` (e.g. a speed-up
-    against the load, per method); a dashed horizontal line at `reference_y` if given."""
+                  reference_y: float | None = None, scale: float = 1.0) -> go.Figure:
+    """Column `y` (times `scale`, e.g. 1e3 for ms) against column `x`, one line per value of
+    column `group` (e.g. a speed-up against the load, per method; "" for one line); a dashed
+    horizontal line at `reference_y` if given."""
     groups: dict[str, list[tuple[float, float]]] = {}
     for r in rows:
         xv, yv = number(r, x), number(r, y)
         if xv is not None and yv is not None:
-            groups.setdefault(_fmt(r.get(group)), []).append((xv, yv))
+            label = _fmt(r.get(group)) if group else y_label  # "": one series
+            groups.setdefault(label, []).append((xv, yv * scale))
     fig = go.Figure()
     for n, (label, pts) in enumerate(sorted(groups.items(), key=lambda kv: _sort_key(kv[0]))):
         pts.sort()
