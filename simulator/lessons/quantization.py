@@ -40,8 +40,9 @@ def _gpu_lines(rows: Sequence[Row], gpu: str, lo: float, hi: float, fp4: str) ->
         out.append(
             f"On {gpu}, FP8 weights and activations (BF16 KV cache) reach "
             f"{col(f8, TPS):.0f} output tokens/s per GPU at concurrency {hi:.0f} against "
-            f"{col(b16, TPS):.0f} for BF16 ({_ratio(b16, f8, TPS):.2f}×), and cut TPOT at "
-            f"concurrency {lo:.0f} from {col(b16_1, 'tpot_s.p50') * 1e3:.1f} to "
+            f"{col(b16, TPS):.0f} for BF16 ({_ratio(b16, f8, TPS):.2f}×), and "
+            f"{'cut' if col(f8_1, 'tpot_s.p50') < col(b16_1, 'tpot_s.p50') else 'move'} "
+            f"TPOT at concurrency {lo:.0f} from {col(b16_1, 'tpot_s.p50') * 1e3:.1f} to "
             f"{col(f8_1, 'tpot_s.p50') * 1e3:.1f} ms: half the weight bytes to stream, and "
             f"FP8 tensor cores twice as fast as BF16 ones.")
     f8, f4 = pick(rows, gpu, "fp8", "fp8", hi), pick(rows, gpu, fp4, "fp8", hi)
@@ -55,13 +56,22 @@ def _gpu_lines(rows: Sequence[Row], gpu: str, lo: float, hi: float, fp4: str) ->
             f"{col(f4_1, 'tpot_s.p50') * 1e3:.1f} ms, and the compute-bound prefill (TTFT at "
             f"concurrency {lo:.0f}) {col(f8_1, 'ttft_s.p50') * 1e3:.1f} → "
             f"{col(f4_1, 'ttft_s.p50') * 1e3:.1f} ms")
-    if ttft > 0.95:
+    faster = col(f4_1, "tpot_s.p50") < col(f8_1, "tpot_s.p50")
+    if ttft > 0.95 and faster:
         out.append(head + f": {gpu} has no FP4 tensor cores, so FP4 weights halve the bytes "
                    "each step streams (the low-load gain) but are dequantized and multiplied at "
                    "FP8, and once the step is compute-bound they buy next to nothing.")
-    else:
+    elif ttft > 0.95:
+        out.append(head + f": {gpu} has no FP4 tensor cores, so FP4 weights are dequantized "
+                   "and multiplied at FP8; here that work costs more than the halved weight "
+                   "bytes save, so FP4 is slower at low load too, and buys memory, not speed.")
+    elif faster:
         out.append(head + f": {gpu} multiplies FP4 on its own tensor cores, so the gain holds "
                    "where the step is compute-bound too.")
+    else:
+        out.append(head + f": {gpu} multiplies FP4 on its own tensor cores, so FP4 gains where "
+                   "the step is compute-bound; at low load it is slower, because this "
+                   "profile's small-batch FP4 kernels stream weights below the FP8 ones' rate.")
     return out
 
 
