@@ -61,6 +61,24 @@ def test_batch_size_trades_user_speed_for_gpu_throughput(runs: dict) -> None:
     assert headlines[0].startswith("From batch 1 to 256")
 
 
+def test_batch_size_reads_the_bound_explain_prints(
+        runs: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each 'whole decode step ... is bound by X: S%' sentence is what the `frontier explain`
+    command it names prints for that batch and context."""
+    import re
+
+    headlines, _ = runs["batch-size"]
+    claims = [h for h in headlines if h.startswith("The whole decode step")]
+    assert claims
+    for h in claims:
+        m = re.search(r"bound by (.+?): (\d+)% of it, as `frontier (explain [^`]+)`", h)
+        assert m, h
+        capsys.readouterr()
+        main(m.group(3).split())
+        out = capsys.readouterr().out
+        assert f"This step is bound by {m.group(1)}: {m.group(2)}% of its" in out, (h, out)
+
+
 def test_crossover_is_the_first_compute_bound_batch() -> None:
     """The batch the lesson names: linear layers compute-bound there and not one below."""
     import yaml

@@ -22,6 +22,23 @@ from simulator.model.load import load_architecture
 from simulator.units import duration, si, table
 
 
+def bound_of(s: StepCost) -> tuple[str, float]:
+    """(what bounds a step, in words; that part's share of the step time)."""
+    share = {
+        "compute": s.compute_s,
+        "memory": s.memory_s,
+        "communication": s.communication_s,
+        "overhead": s.overhead_s,
+    }[s.bound] / s.step_time_s
+    what = {
+        "compute": "tensor-core throughput",
+        "memory": "HBM bandwidth (streaming weights and KV cache)",
+        "communication": "communication between GPUs",
+        "overhead": "fixed per-kernel launch costs",
+    }[s.bound]
+    return what, share
+
+
 @dataclass(frozen=True, slots=True)
 class Explanation:
     arch: Architecture
@@ -35,19 +52,8 @@ class Explanation:
 
     def sentence(self) -> str:
         s = self.step
-        share = {
-            "compute": s.compute_s,
-            "memory": s.memory_s,
-            "communication": s.communication_s,
-            "overhead": s.overhead_s,
-        }[s.bound] / s.step_time_s
+        what, share = bound_of(s)
         top = max(s.ops, key=lambda o: o.time_s)
-        what = {
-            "compute": "tensor-core throughput",
-            "memory": "HBM bandwidth (streaming weights and KV cache)",
-            "communication": "communication between GPUs",
-            "overhead": "fixed per-kernel launch costs",
-        }[s.bound]
         return (
             f"This step is bound by {what}: {share:.0%} of its {duration(s.step_time_s)}; "
             f"the largest operator is {top.op} ({top.time_s / s.step_time_s:.0%})."

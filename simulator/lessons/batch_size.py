@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from simulator.cost import BatchShape
+from simulator.cost.explain import bound_of
 from simulator.lessons.core import Findings, col
 from simulator.lessons.physics import MAX_BATCH, compute_crossover_batch, step_model
 from simulator.sweep.table import Row, number
@@ -38,14 +40,32 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
                      f"too.")
     model = step_model(spec)
     cross = compute_crossover_batch(model)
+    gpu = str((spec.get("hardware") or {}).get("gpu", ""))
     if cross is None:
         lines.append(f"Up to batch {MAX_BATCH} the linear layers of a decode step stay "
                      "HBM-bound: the weights are read faster than they are multiplied.")
     else:
         lines.append(
-            f"The linear layers of a decode step turn from memory- to compute-bound at batch "
-            f"{cross} (the chip's ridge is {model.ridge_flops_per_byte:.0f} FLOP per byte): "
-            f"below it a step mostly waits for the weights to stream from HBM, so TPOT barely "
-            f"moves as the batch grows and every extra sequence is nearly free. Attention "
-            f"stays HBM-bound at any batch, since each sequence reads its own KV cache.")
+            f"On {gpu} the linear layers of a decode step spend more time on tensor-core work "
+            f"than on streaming their weights from batch {cross} (the chip's ridge is "
+            f"{model.ridge_flops_per_byte:.0f} FLOP per byte): below it a step mostly waits for "
+            f"the weights, so TPOT barely moves as the batch grows and every extra sequence is "
+            f"nearly free.")
+    context = _mean_context(spec)
+    for b in sorted({cross or b_hi, b_hi}):
+        what, share = bound_of(model.cost(BatchShape(decode_seqs=b,
+                                                     decode_context_tokens=b * context)))
+        lines.append(
+            f"The whole decode step at batch {b} (mean context {context} tokens) is bound by "
+            f"{what}: {share:.0%} of it, as `frontier explain {spec['model']} --gpu {gpu} "
+            f"--decode-batch {b} --context {context}` prints; attention stays HBM-bound at any "
+            f"batch, since each sequence reads its own KV cache.")
     return Findings(lines, [lo, rows[len(rows) // 2], hi])
+
+
+def _mean_context(spec: Mapping[str, Any]) -> int:
+    """A decoding sequence's mean context: its prompt plus half its output (fixed lengths)."""
+    wl = spec.get("workload") or {}
+    prompt = int((wl.get("input_tokens") or {}).get("value", 0))
+    out = int((wl.get("output_tokens") or {}).get("value", 0))
+    return prompt + out // 2
