@@ -20,6 +20,7 @@ from simulator.errors import InvariantViolation, one_line
 # validation commands.
 COMMANDS = {
     "bench": "simulator.cli.bench:bench",
+    "bench-capacity": "simulator.cli.sweep:bench_capacity",
     "bench-scale": "simulator.cli.bench:bench_scale",
     "bench-sweep": "simulator.cli.sweep:bench_sweep",
     "calibrate": "simulator.cli.calibrate:calibrate",

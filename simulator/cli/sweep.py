@@ -141,9 +141,15 @@ def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float
                          "--no-capacity")
     if not (sized or confidence == "pessimistic" if search is None else search) or not targets:
         return None
-    progress = Progress(len(rows), label="capacity", unit="points")
+    from simulator.sweep.capacity import config_key, searchable
+    from simulator.sweep.store import point_scenario
+
+    scenarios = [point_scenario(path, str(r.get("point_id", ""))) for r in rows
+                 if r.get("point_status", "ok") in ("ok", "screened")]
+    n = len({config_key(s) for s in scenarios if s and searchable(s)})
+    progress = Progress(n, label="capacity", unit="configs")
     caps = sweep_capacities(rows, path, targets, on_done=progress.step,
-                            pessimistic=confidence == "pessimistic")
+                            pessimistic=confidence == "pessimistic", workers=os.cpu_count() or 1)
     progress.close()
     return caps
 
@@ -369,6 +375,22 @@ def _write_svg(sweep_dir: Path, svg: Path, axes: dict[str, Any]) -> None:
     write_atomic(svg, frontier_svg(rows, list(manifest["axes"]), axes.get("x", DEFAULT_X),
                                    axes.get("y", DEFAULT_Y), f"Frontier: {name}"))
     click.echo(f"wrote {svg}")
+
+
+@click.command("bench-capacity")
+@click.option("--sweep", "sweep_name", default="sweeps/capacity-plan-llama-3.3-70b",
+              show_default=True, help="A sweep file or shipped sweep name with an slo:.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Search only the first N configs.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+def bench_capacity(sweep_name: str, limit: int | None, repeat: int, workers: int) -> None:
+    """Benchmark capacity by search: configs searched per second, wall and CPU medians."""
+    from simulator.bench.capacity import run_capacity_bench
+
+    for line in run_capacity_bench(sweep_name, limit, repeat, workers):
+        click.echo(line)
+        sys.stdout.flush()
 
 
 @click.command("bench-sweep")

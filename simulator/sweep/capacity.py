@@ -14,7 +14,8 @@ import copy
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -204,29 +205,55 @@ def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
             rate = (lo + hi) / 2
     return Capacity(lo, hi is not None and lo > 0, hi, runs, lo_e, why_hi, at_capacity=best)
 
+def _search(job: tuple[dict[str, Any], dict[str, float], bool]) -> Capacity:
+    """One config's search (module level: a worker process runs it)."""
+    scenario, targets, pessimistic = job
+    return slo_capacity(scenario, targets, pessimistic=pessimistic)
+
+
+def search_all(scenarios: Sequence[dict[str, Any]], targets: Mapping[str, float], *,
+               pessimistic: bool = False, workers: int = 1,
+               on_done: Callable[[], None] | None = None) -> list[Capacity]:
+    """Each scenario's capacity, in order, on `workers` processes (the searches share
+    nothing, so they spread over cores)."""
+    jobs = [(dict(s), dict(targets), pessimistic) for s in scenarios]
+    out: list[Capacity] = []
+    if workers <= 1 or len(jobs) <= 1:
+        results: Iterator[Capacity] = map(_search, jobs)
+        for cap in results:
+            out.append(cap)
+            if on_done is not None:
+                on_done()
+        return out
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
+        for cap in pool.map(_search, jobs):
+            out.append(cap)
+            if on_done is not None:
+                on_done()
+    return out
+
+
 def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
                      targets: Mapping[str, float], on_done: Callable[[], None] | None = None,
-                     pessimistic: bool = False) -> dict[str, Capacity]:
+                     pessimistic: bool = False, workers: int = 1) -> dict[str, Capacity]:
     """Point id -> its config's capacity, for every point simulated or screened out (a screen
     rules points out on the sweep's own axes, which say nothing about price or capacity)
-    whose arrival rate can be searched; points differing only in load are searched once."""
+    whose arrival rate can be searched; points differing only in load are searched once,
+    configs on `workers` processes."""
     from simulator.sweep.store import point_scenario
 
-    out: dict[str, Capacity] = {}
-    done: dict[str, Capacity] = {}
+    key_of: dict[str, str] = {}
+    configs: dict[str, dict[str, Any]] = {}
     for row in rows:
         pid = str(row.get("point_id", ""))
         scenario = point_scenario(sweep_dir, pid)
         status = row.get("point_status", "ok")
         if status not in ("ok", "screened") or not scenario or not searchable(scenario):
-            if on_done is not None:
-                on_done()
             continue
         key = config_key(scenario)
-        if key not in done:
-            done[key] = replace(slo_capacity(scenario, targets, pessimistic=pessimistic),
-                                config=key)
-        out[pid] = done[key]
-        if on_done is not None:
-            on_done()
-    return out
+        key_of[pid] = key
+        configs.setdefault(key, scenario)
+    found = search_all(list(configs.values()), targets, pessimistic=pessimistic,
+                       workers=workers, on_done=on_done)
+    done = {k: replace(c, config=k) for k, c in zip(configs, found, strict=True)}
+    return {pid: done[key] for pid, key in key_of.items()}
