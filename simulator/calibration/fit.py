@@ -248,7 +248,8 @@ def _fitted(p: FreeParameter, j: int, value: float, ident: Identifiability, x_er
             after: FloatArray) -> FittedParameter:
     rows = ident.moved_rows[:, j]
     ok = ident.identified[j]
-    bound_tol = 1e-9 * max(abs(p.lower), abs(p.upper), 1.0)
+    # trf keeps iterates strictly inside the bounds, a few 1e-9 short of one it presses on.
+    bound_tol = 1e-6 * max(abs(p.lower), abs(p.upper), 1.0)
     return FittedParameter(
         parameter=p, value=value, identified=ok, reason=ident.reasons[j],
         std_error=p.value_error(value, x_err) if ok and math.isfinite(x_err) else None,
