@@ -116,18 +116,20 @@ def simulate(
     check: bool | CheckHook = False,
     skip_bad_rows: bool = False,
     hardware: Hardware | None = None,
+    profiles: Mapping[str, Hardware] | None = None,
 ) -> Result:
     """Run one scenario to completion (or to its limits) and summarize it. `hardware`
-    replaces the scenario's GPU profile (the uncertainty band runs perturbed profiles)."""
+    replaces the scenario's GPU profile (the uncertainty band runs perturbed profiles);
+    `profiles` stand in for shipped profiles by name (a calibration's, calibration/applied.py)."""
     if isinstance(scenario, Scenario):
         loaded = LoadedScenario(scenario, None)
     else:
         loaded = load_scenario(scenario)
     s, base_dir = loaded.scenario, loaded.base_dir
-    if hardware is None and loaded.engine is not None:
+    if hardware is None and not profiles and loaded.engine is not None:
         engine = loaded.engine
     else:
-        engine = build_engine(s, base_dir, hardware)
+        engine = build_engine(s, base_dir, hardware, profiles)
     stream, warnings = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
     hook = _check_hook(check, engine)
     out = run(s, engine, stream, timeseries=timeseries, check=hook)
@@ -224,9 +226,11 @@ def estimate(
     scenario: LoadedScenario | Scenario | str | Path | Mapping[str, Any],
     *,
     skip_bad_rows: bool = False,
+    profiles: Mapping[str, Hardware] | None = None,
 ) -> Estimate:
     """The closed-form steady-state estimate of a scenario (closed_form/scenario.py): the same step
-    cost as `simulate`, no event simulation; milliseconds, not minutes, for a sweep screen."""
+    cost as `simulate`, no event simulation; milliseconds, not minutes, for a sweep screen.
+    `profiles` stand in for shipped profiles by name, as in `simulate`."""
     from simulator.closed_form.scenario import estimate as estimate_scenario
 
     if isinstance(scenario, Scenario):
@@ -234,7 +238,10 @@ def estimate(
     else:
         loaded = load_scenario(scenario)
     s, base_dir = loaded.scenario, loaded.base_dir
-    engine = loaded.engine if loaded.engine is not None else build_engine(s, base_dir)
+    if loaded.engine is not None and not profiles:
+        engine = loaded.engine
+    else:
+        engine = build_engine(s, base_dir, None, profiles)
     stream, _ = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
     return estimate_scenario(s, engine, stream)
 

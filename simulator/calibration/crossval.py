@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,9 +124,11 @@ def summarize(observations: ObservationSet, errors_before: FloatArray,
 def cross_validate(params: Sequence[FreeParameter], observations: ObservationSet,
                    predict: Predictor, *, k: int = DEFAULT_FOLDS, seed: int = 0,
                    f_scale: float = F_SCALE, step: float = DIFF_STEP,
-                   progress: Progress | None = None) -> CrossValidation:
+                   progress: Progress | None = None,
+                   fitter: Callable[[IntArray], FitResult] | None = None) -> CrossValidation:
     """Fit on k-1 folds and predict the held-out one, for each fold; k is cut to the number of
-    configurations (at least two are needed)."""
+    configurations (at least two are needed). `fitter` fits the rows it is given (a staged
+    fit, calibration/stages.py); by default `fit` of every parameter at once."""
     n_configs = len(set(observations.configs))
     if n_configs < 2:
         raise InputError(f"calibration: cross-validation needs measured runs of at least two "
@@ -139,8 +141,9 @@ def cross_validate(params: Sequence[FreeParameter], observations: ObservationSet
     fits: list[FitResult] = []
     for f in range(k):
         held = everything[folds == f]
-        result = fit(params, observations, predict, everything[folds != f], f_scale=f_scale,
-                     step=step)
+        train = everything[folds != f]
+        result = fitter(train) if fitter is not None else fit(
+            params, observations, predict, train, f_scale=f_scale, step=step)
         after[held] = np.asarray(predict(result.values(), held), dtype=np.float64)
         fits.append(result)
         if progress is not None:

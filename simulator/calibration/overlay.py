@@ -223,13 +223,25 @@ def _set_path(tree: dict[str, Any], key: str, value: float, where: str) -> None:
             node = node[part]
 
 
+def overlay_values(overlay: CalibrationOverlay, kind: Kind, name: str) -> dict[str, float]:
+    """Key path -> fitted value of the overlay's values for one style or profile."""
+    return {v.target.key: v.value for v in overlay.values
+            if v.target.kind == kind and v.target.name == name}
+
+
+def set_values(mapping: Mapping[str, Any], values: Mapping[str, float],
+               where: str) -> dict[str, Any]:
+    """A copy of a plain mapping with each number at its dotted key path replaced; a key path
+    that does not exist or holds no number is refused in one line starting with `where`."""
+    out = copy.deepcopy(dict(mapping))
+    for key, value in values.items():
+        _set_path(out, key, value, where)
+    return out
+
+
 def apply_overlay(mapping: Mapping[str, Any], overlay: CalibrationOverlay, kind: Kind,
                   name: str) -> dict[str, Any]:
     """A copy of one style's or profile's plain mapping with the overlay's values for
     (kind, name) set at their key paths; a key path that does not exist is refused."""
-    out = copy.deepcopy(dict(mapping))
-    for entry in overlay.values:
-        t = entry.target
-        if t.kind == kind and t.name == name:
-            _set_path(out, t.key, entry.value, f"calibration overlay: {kind} {name}")
-    return out
+    return set_values(mapping, overlay_values(overlay, kind, name),
+                      f"calibration overlay: {kind} {name}")

@@ -1,11 +1,13 @@
 """`frontier calibrate FILE... --out CALIBRATION.yaml`: fit the engine styles' host costs
-(cpu_step_us, cpu_per_seq_us) to measured runs through the closed-form estimate, report the
-held-out errors of a grouped k-fold cross-validation before and after, and write the overlay
-that `simulate --calibration` and `estimate --calibration` apply."""
+(cpu_step_us, cpu_per_seq_us) and, with `--fit host,gpu`, the GPU profiles' GEMM streaming
+fractions to measured runs through the closed-form estimate, report the held-out errors of a
+grouped k-fold cross-validation before and after, and write the overlay that
+`simulate --calibration` and `estimate --calibration` apply."""
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,26 +45,35 @@ def _signed(v: float | None) -> str:
               "not record them (vllm, aiperf, sglang).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a scenario key of every run (after mapping).")
+@click.option("--fit", "fit_kinds", default="host", show_default=True, metavar="KINDS",
+              help="What to fit, comma-separated. host: each engine style's cpu_step_us and "
+              "cpu_per_seq_us. gpu: per GPU profile, the streaming fraction "
+              "(gemm_classes.<class>.hbm_fraction) of each GEMM kernel class that at least 20 "
+              "runs of 3 configurations run through, within [0.2, 0.95] of HBM peak; decode "
+              "TPOT sees it. Host costs are declared first: a GPU factor the runs cannot tell "
+              "from a host cost is left at its prior. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="Cross-validation folds (grouped by configuration).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the fold assignment and of --sample.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes estimating runs during the fit (default: the CPU count).")
 @click.option("--limit", type=click.IntRange(min=1), default=None,
               help="Use only the first N runs.")
 @click.option("--sample", type=click.IntRange(min=1), default=None,
               help="Use N runs drawn at random (with --seed).")
 def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str | None,
-              sets: tuple[str, ...], folds: int, seed: int, limit: int | None,
-              sample: int | None) -> None:
-    """Fit the engine styles' host costs to measured runs in FILES; write --out."""
+              sets: tuple[str, ...], fit_kinds: str, folds: int, seed: int,
+              workers: int | None, limit: int | None, sample: int | None) -> None:
+    """Fit engine host costs (and, with --fit host,gpu, GPU streaming factors) to measured
+    runs in FILES; write --out."""
     from simulator.calibration.build import build_overlay, make_header
-    from simulator.calibration.crossval import cross_validate
-    from simulator.calibration.fit import fit
     from simulator.calibration.overlay import write_overlay
     from simulator.cli.validate_measured import read_and_map
     from simulator.measured.calibrate_runs import build_problem
     from simulator.progress import Progress
 
+    kinds = _fit_kinds(fit_kinds)
     target = Path(out)
     if not target.parent.is_dir():
         raise InputError(f"--out {out}: folder {target.parent} does not exist")
@@ -70,19 +81,14 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
     paths = [Path(f) for f in files]
     read, runs, mapped = read_and_map(paths, fmt, scenario, sets, limit, sample, seed)
     prep = Progress(len(mapped), label="calibrate: preparing", unit="runs")
-    problem = build_problem(mapped, prep)
+    problem = build_problem(mapped, prep, kinds)
     prep.close()
-    obs = problem.observations
-    configs = len(set(obs.configs))
-    cv = None
-    if configs >= 2:
-        cv_progress = Progress(min(folds, configs), label="calibrate: cross-validating",
-                               unit="folds")
-        cv = cross_validate(problem.params, obs, problem.predict, k=folds, seed=seed,
-                            progress=cv_progress)
-        cv_progress.close()
-    print("calibrate: fitting on every run", file=sys.stderr, flush=True)
-    result = fit(problem.params, obs, problem.predict)
+    if not problem.params:
+        raise InputError(f"calibrate --fit {fit_kinds}: nothing to fit: no engine style or GPU "
+                         f"kernel class is run by enough of the runs used")
+    fit_start = time.perf_counter()
+    result, cv = _fit(problem, folds, seed, workers or os.cpu_count() or 1)
+    fit_s = time.perf_counter() - fit_start
     rows_per_file = {str(p): 0 for p in paths}
     for m in problem.used:
         rows_per_file[m.run.source] = rows_per_file.get(m.run.source, 0) + 1
@@ -95,8 +101,50 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
 
     lines = _report(read, len(runs), problem, result, cv, seed)
     lines.append(f"\nwrote {out} ({len(overlay.values)} values) in "
-                 f"{time.perf_counter() - start:.1f} s")
+                 f"{time.perf_counter() - start:.1f} s (fit and cross-validation {fit_s:.1f} s)")
     click.echo("\n".join(lines))
+
+
+def _fit(problem: RunProblem, folds: int, seed: int,
+         workers: int) -> tuple[FitResult, CrossValidation | None]:
+    """The staged fit on every run, and its cross-validation where the runs span two
+    configurations or more; estimates run on `workers` processes."""
+    from simulator.calibration.crossval import cross_validate
+    from simulator.calibration.stages import fit_stages
+    from simulator.progress import Progress
+
+    obs = problem.observations
+    stages = problem.stages()
+
+    def fitter(rows: np.ndarray) -> FitResult:
+        return fit_stages(stages, obs, problem.predict, rows)
+
+    configs = len(set(obs.configs))
+    cv = None
+    problem.runs.start_workers(workers)
+    try:
+        if configs >= 2:
+            cv_progress = Progress(min(folds, configs), label="calibrate: cross-validating",
+                                   unit="folds")
+            cv = cross_validate(problem.params, obs, problem.predict, k=folds, seed=seed,
+                                progress=cv_progress, fitter=fitter)
+            cv_progress.close()
+        print("calibrate: fitting on every run", file=sys.stderr, flush=True)
+        return fitter(np.arange(len(obs))), cv
+    finally:
+        problem.runs.stop_workers()
+
+
+def _fit_kinds(text: str) -> tuple[str, ...]:
+    """The --fit list, in FIT_KINDS order; an unknown or empty one is one line, exit 2."""
+    from simulator.measured.calibrate_runs import FIT_KINDS
+
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in FIT_KINDS]
+    if bad or not kinds:
+        raise InputError(f"--fit {text!r}: choose from {', '.join(FIT_KINDS)}, comma-separated "
+                         f"(e.g. host,gpu)")
+    return tuple(k for k in FIT_KINDS if k in kinds)
 
 
 def _report(read: int, used: int, problem: RunProblem, result: FitResult,
@@ -134,8 +182,8 @@ def _report(read: int, used: int, problem: RunProblem, result: FitResult,
                "at bound" if p.at_bound else ""]
               for p in result.parameters if p.identified]
     if fitted:
-        lines += ["", table(["parameter fitted (us)", "value", "prior", "std error", "rows",
-                             ""], fitted)]
+        lines += ["", table(["parameter fitted (host us, GPU fraction)", "value", "prior",
+                             "std error", "rows", ""], fitted)]
     missing = result.not_identified()
     if missing:
         lines += ["", table(["not identified (left at prior)", "prior", "why"],

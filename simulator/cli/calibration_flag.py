@@ -1,14 +1,18 @@
 """`--calibration FILE` (or FRONTIER_CALIBRATION) of `simulate`, `estimate`, `sweep` and
 `lesson`: read a CALIBRATION.yaml overlay and give a scenario's deployment (each pool of a
 disaggregated one) without an explicit `overhead` the overlay's host costs for its engine style
-(calibration/host_costs.py)."""
+(calibration/host_costs.py), and, in `simulate` and `estimate`, the GPU profiles it calibrates
+(calibration/applied.py: one rule turns an overlay into what a run uses)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    from simulator.calibration.applied import Applied
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -19,7 +23,8 @@ def calibration_option(f: F) -> F:
         "--calibration", "calibration", type=click.Path(dir_okay=False), default=None,
         envvar="FRONTIER_CALIBRATION",
         help="Apply this calibration overlay (from `frontier calibrate`): host costs of the "
-        "engine styles it names, where the scenario sets no deployment overhead.")(f)
+        "engine styles it names, where the scenario sets no deployment overhead, and (simulate, "
+        "estimate) the GPU efficiency factors it fits.")(f)
     return out
 
 
@@ -33,12 +38,33 @@ def _known(kind: str) -> set[str]:
     return set(profile_paths())
 
 
-def host_costs(path: str) -> dict[str, dict[str, float]]:
-    """Engine style -> {cpu_step_us, cpu_per_seq_us} the overlay at `path` sets."""
-    from simulator.calibration import host_costs as hc
+def calibration_applied(path: str) -> Applied:
+    """What the overlay at `path` gives a run: host costs and calibrated GPU profiles (a bad
+    file, name, key or value is one InputError line)."""
+    from simulator.calibration.applied import applied
     from simulator.calibration.overlay import read_overlay
+    from simulator.errors import InputError, one_line
 
-    return hc.host_costs(read_overlay(path, _known))
+    overlay = read_overlay(path, _known)
+    try:
+        return applied(overlay)
+    except InputError as exc:
+        raise InputError(one_line(f"{path}: {exc}")) from None
+
+
+def host_costs(path: str) -> dict[str, dict[str, float]]:
+    """Engine style -> {cpu_step_us, cpu_per_seq_us} the overlay at `path` sets, for `sweep`
+    and `lesson`, whose points carry only a scenario: an overlay with GPU factors is refused
+    there (one line) rather than applied in part."""
+    from simulator.errors import InputError
+
+    got = calibration_applied(path)
+    if got.gpu_values:
+        gpus = ", ".join(sorted({gpu for gpu, _, _, _ in got.gpu_values}))
+        raise InputError(f"--calibration {path}: its GPU factors ({gpus}) apply in simulate and "
+                         f"estimate only; sweep and lesson take host costs alone (write one with "
+                         f"frontier calibrate --fit host)")
+    return got.host_costs
 
 
 def calibration_overrides(scenario: str, overrides: tuple[str, ...],
@@ -51,9 +77,10 @@ def calibration_overrides(scenario: str, overrides: tuple[str, ...],
     s, _ = load_scenario_file(resolve_scenario(scenario), list(overrides))
     # 17 significant digits with a decimal point: the float comes back exactly (YAML reads
     # '1e-06' without one as a string).
-    return [f"{key}={value:.16e}" for key, value in overhead_overrides(s, host_costs(path))]
+    costs = calibration_applied(path).host_costs
+    return [f"{key}={value:.16e}" for key, value in overhead_overrides(s, costs)]
 
 
 def calibration_line(path: str) -> str:
-    """The first line of a calibrated text result."""
-    return f"calibration: {path} (engine host costs fitted to measured runs)"
+    """The first line of a calibrated text result: the file and what it sets."""
+    return f"calibration: {path} (fitted to measured runs: {calibration_applied(path).describe()})"

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from simulator.cli.calibration_flag import (
+    calibration_applied,
     calibration_line,
     calibration_option,
     calibration_overrides,
@@ -60,10 +61,12 @@ def estimate(scenario: str, overrides: tuple[str, ...], as_json: bool,
     import simulator
 
     try:
+        profiles = None
         if calibration is not None:
             overrides = (*overrides, *calibration_overrides(scenario, overrides, calibration))
+            profiles = calibration_applied(calibration).profiles
         loaded = simulator.load_scenario(scenario, overrides)
-        est = simulator.estimate(loaded, skip_bad_rows=skip_bad_rows)
+        est = simulator.estimate(loaded, skip_bad_rows=skip_bad_rows, profiles=profiles)
     except USER_ERRORS as exc:  # one line naming the file and, where known, the key
         raise InputError(located_message(scenario, exc)) from None
     d = est.to_dict()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
 from simulator.cli.calibration_flag import (
+    calibration_applied,
     calibration_line,
     calibration_option,
     calibration_overrides,
@@ -139,11 +141,14 @@ def simulate(
     from simulator.serving.simulation import TIMESERIES_COLUMNS
 
     try:
+        profiles = None
         if calibration is not None:
             overrides = (*overrides, *calibration_overrides(scenario, overrides, calibration))
+            profiles = calibration_applied(calibration).profiles
         loaded = simulator.load_scenario(scenario, overrides)
         result = simulator.simulate(
-            loaded, timeseries=timeseries is not None, check=check, skip_bad_rows=skip_bad_rows
+            loaded, timeseries=timeseries is not None, check=check, skip_bad_rows=skip_bad_rows,
+            profiles=profiles,
         )
     except USER_ERRORS as exc:  # one line naming the file and, where known, the key
         raise InputError(located_message(scenario, exc)) from None
@@ -159,7 +164,7 @@ def simulate(
     except OSError as exc:  # a missing folder, no permission: the user's path, not a bug
         where = exc.filename or "output file"
         raise InputError(f"{where}: cannot write ({exc.strerror or exc})") from None
-    bands = _bands(loaded, skip_bad_rows) if band else None
+    bands = _bands(loaded, skip_bad_rows, profiles) if band else None
     if as_json:
         data = result.to_dict()
         if bands is not None:
@@ -178,13 +183,16 @@ def simulate(
 BAND_KEYS = ("output_tokens_per_s", "ttft_s.p99", "tpot_s.p50", "e2e_s.p50")
 
 
-def _bands(loaded: Any, skip_bad_rows: bool) -> dict[str, list[float]]:
-    """Headline metrics on the pessimistic and optimistic GPU profiles, as [low, high]."""
+def _bands(loaded: Any, skip_bad_rows: bool,
+           profiles: Mapping[str, Any] | None = None) -> dict[str, list[float]]:
+    """Headline metrics on the pessimistic and optimistic GPU profiles (of the calibrated
+    profile where `profiles` has the scenario's GPU), as [low, high]."""
     import simulator
     from simulator.hardware.profile import load_hardware
     from simulator.validation.uncertainty import perturbed
 
-    hw = load_hardware(loaded.scenario.hardware.gpu)
+    gpu = loaded.scenario.hardware.gpu
+    hw = (profiles or {}).get(gpu) or load_hardware(gpu)
     runs = [
         simulator.simulate(loaded, hardware=perturbed(hw, d), skip_bad_rows=skip_bad_rows).to_dict()
         for d in (-1, 1)

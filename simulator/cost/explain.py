@@ -39,6 +39,25 @@ def bound_of(s: StepCost) -> tuple[str, float]:
     return what, share
 
 
+def gemm_kernel_classes(model: StepModel, tokens: int) -> dict[str, str]:
+    """The GEMM kernel class each kind of GEMM of a step of `tokens` tokens runs through:
+    projections and MLP, MoE experts at their rows per expert, LM head (always BF16)."""
+    a = model.arch
+
+    def kept(group: str) -> str:  # the class of this step's GEMMs of one module group
+        return model.gemm_class(tokens, bf16=a.keeps_bf16(group)).kernel_class
+
+    out = {"attention_projections": kept("attention_in")}
+    if a.num_dense_mlp_layers:
+        out["dense_mlp"] = kept("dense_mlp")
+    moe = a.moe
+    if moe is not None and a.num_moe_layers:
+        rows = max(1, tokens * moe.experts_per_token // moe.num_experts)
+        out["moe_experts"] = model.gemm_class(rows, groups=2).kernel_class
+    out["lm_head"] = model.gemm_class(tokens, bf16=True).kernel_class + " (bf16)"
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Explanation:
     arch: Architecture
@@ -62,19 +81,7 @@ class Explanation:
     def kernel_classes(self) -> dict[str, str]:
         """The GEMM kernel class (hardware profile `gemm_classes:`) each kind of GEMM in this
         step runs through: projections and MLP, MoE experts at their rows per expert, LM head."""
-        m, tokens, a = self.model, self.batch.tokens, self.arch
-        def kept(group: str) -> str:  # the class of this step's GEMMs of one module group
-            return m.gemm_class(tokens, bf16=a.keeps_bf16(group)).kernel_class
-
-        out = {"attention_projections": kept("attention_in")}
-        if a.num_dense_mlp_layers:
-            out["dense_mlp"] = kept("dense_mlp")
-        moe = a.moe
-        if moe is not None and a.num_moe_layers:
-            rows = max(1, tokens * moe.experts_per_token // moe.num_experts)
-            out["moe_experts"] = m.gemm_class(rows, groups=2).kernel_class
-        out["lm_head"] = m.gemm_class(tokens, bf16=True).kernel_class + " (bf16)"
-        return out
+        return gemm_kernel_classes(self.model, self.batch.tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -28,6 +28,23 @@ ClassFormat = Literal["bf16", "fp16", "fp8", "int8", "fp4", "tf32", "fp64"]
 KERNEL_MODEL_ENV = "FRONTIER_KERNEL_MODEL"
 
 
+# The profile key paths that set the streaming rate (fraction of HBM bandwidth) of each kernel
+# class name cost/gemm.py `gemm_rates` reports, as that function picks them: a native grouped
+# MoE GEMM streams at the grouped class's rate whatever its format class, a grouped weight-only
+# one at the slower of its own and the grouped rate. What a calibration of a GPU's streaming
+# factors moves for a run whose GEMMs run through these classes ("flat": no classes, none).
+STREAMING_KEY_PATHS: dict[str, tuple[str, ...]] = {
+    "dense": ("gemm_classes.dense.hbm_fraction",),
+    "fp4_block_scaled": ("gemm_classes.fp4_block_scaled.hbm_fraction",),
+    "weight_only": ("gemm_classes.weight_only.hbm_fraction",),
+    "grouped_dense": ("gemm_classes.grouped.hbm_fraction",),
+    "grouped_fp4_block_scaled": ("gemm_classes.grouped.hbm_fraction",),
+    "grouped_weight_only": ("gemm_classes.weight_only.hbm_fraction",
+                            "gemm_classes.grouped.hbm_fraction"),
+    "flat": (),
+}
+
+
 def kernel_classes_off() -> bool:
     """FRONTIER_KERNEL_MODEL=flat: cost kernels with the flat fractions (the ablation switch)."""
     return os.environ.get(KERNEL_MODEL_ENV, "classes") == "flat"

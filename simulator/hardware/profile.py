@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -283,28 +284,38 @@ def profile_paths(extra: list[Path] | None = None) -> dict[str, Path]:
     return found
 
 
-def load_profile_file(path: Path) -> Hardware:
-    """Parse and validate one profile YAML."""
+def read_profile_mapping(path: Path) -> dict[str, Any]:
+    """The plain mapping of one profile YAML (not yet validated): what a calibration overlay's
+    values are set into before `hardware_from_mapping` checks and converts it."""
     try:
         raw = safe_load_bounded(path.read_text())
     except (OSError, UnicodeDecodeError, RecursionError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: top level must be a mapping of profile keys")
+    return raw
+
+
+def hardware_from_mapping(raw: Mapping[str, Any], source: str, stem: str) -> Hardware:
+    """Validate a profile's plain mapping (a file's, or one a calibration overlay changed)
+    and convert it to SI; `stem` is the name the profile must carry."""
     try:
         parsed = HardwareFile.model_validate(raw)
     except ValidationError as exc:
-        raise InputError(format_validation_error(str(path), exc)) from None
-    if parsed.name != path.stem:
-        raise InputError(f"{path}: name {parsed.name!r} must equal the file stem {path.stem!r}")
+        raise InputError(format_validation_error(source, exc)) from None
+    if parsed.name != stem:
+        raise InputError(f"{source}: name {parsed.name!r} must equal the file stem {stem!r}")
     return _to_hardware(parsed)
 
 
-_CACHE: dict[tuple[str, str, str], Hardware] = {}
+def load_profile_file(path: Path) -> Hardware:
+    """Parse and validate one profile YAML."""
+    return hardware_from_mapping(read_profile_mapping(path), str(path), path.stem)
 
 
-def load_hardware(name: str, extra: list[Path] | None = None) -> Hardware:
-    """A profile by name (file stem), from the shipped folder or the user's own."""
+def profile_path(name: str, extra: list[Path] | None = None) -> Path:
+    """The YAML file of a profile by name (file stem); an unknown name is one InputError line
+    with the nearest valid one."""
     paths = profile_paths(extra)
     path = paths.get(name)
     if path is None:
@@ -313,6 +324,15 @@ def load_hardware(name: str, extra: list[Path] | None = None) -> Hardware:
         near = get_close_matches(name, list(paths), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise InputError(f"unknown GPU {name!r}{hint} (valid: {', '.join(sorted(paths))})")
+    return path
+
+
+_CACHE: dict[tuple[str, str, str], Hardware] = {}
+
+
+def load_hardware(name: str, extra: list[Path] | None = None) -> Hardware:
+    """A profile by name (file stem), from the shipped folder or the user's own."""
+    path = profile_path(name, extra)
     key = (name, str(path), os.environ.get(KERNEL_MODEL_ENV, ""))
     if key not in _CACHE:
         _CACHE[key] = load_profile_file(path)

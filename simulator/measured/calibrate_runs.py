@@ -1,12 +1,16 @@
-"""Measured runs as a calibration problem for the engine styles' host costs: each run's mean
-TTFT and mean TPOT are observations, each engine style in the data contributes two free
-parameters (`cpu_step_us`, `cpu_per_seq_us`), and the predictor is the closed-form estimate
-with every run's host cost set from its style's values (as `deployment.overhead` would).
+"""Measured runs as a calibration problem: each run's mean TTFT and mean TPOT are
+observations; the free parameters are, with `host`, each engine style's two host costs
+(`cpu_step_us`, `cpu_per_seq_us`) and, with `gpu`, the streaming fractions of the GEMM kernel
+classes each GPU's runs go through (calibration/gpu_factors.py); the predictor is the
+closed-form estimate with every run's host cost set from its style's values (as
+`deployment.overhead` would) and its GPU profile rebuilt with the GPU values (as `--calibration`
+does, calibration/applied.py).
 
 Each run's scenario is validated, its engine built and its request stream drawn once; a
-prediction only swaps the style's two host-cost figures into the cached engine and reruns the
-fluid estimate, and is cached per run and host-cost values (a finite-difference step on one
-style's parameter re-estimates only that style's runs)."""
+prediction swaps the style's host costs into the engine (rebuilt on the calibrated profile
+where the run has GPU parameters) and reruns the fluid estimate, and is cached per run and the
+values of the parameters that run depends on (a finite-difference step on one parameter
+re-estimates only the runs it can move)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from simulator.calibration.build import RowSource
+from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, streaming_keys
 from simulator.calibration.params import (
     FloatArray,
     FreeParameter,
@@ -28,6 +33,8 @@ from simulator.calibration.params import (
     ObservationSet,
     Target,
 )
+from simulator.calibration.stages import Stage
+from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
 from simulator.measured.scenario import Mapped, Unsupported
 from simulator.progress import Progress
@@ -49,6 +56,9 @@ class _Prepared:
     engine: Any
     stream: Any
     styles: tuple[str, ...]  # pool styles whose host cost the fit moves (empty: explicit)
+    base_dir: Any = None
+    gpu_keys: tuple[tuple[str, str], ...] = ()  # (GPU, key path) its GEMMs stream through
+    gpu_params: tuple[tuple[str, str, str], ...] = ()  # (name, GPU, key) of declared ones
 
 
 @dataclass
@@ -67,10 +77,26 @@ class RunProblem:
     dropped_observations: int
     runs: _Predictions = field(repr=False)
 
+    def stages(self) -> tuple[Stage, ...]:
+        """Host costs on every row first, then each GPU's factors on TPOT rows (decode, where
+        the step is memory-bound) with the host costs held (calibration/stages.py). A GPU's
+        factors move only its own runs, so fitting GPUs one at a time is the same least-squares
+        problem as fitting them together, and each stops when it has converged."""
+        host = tuple(p for p in self.params if p.target.kind == "engine_style")
+        by_gpu: dict[str, list[FreeParameter]] = {}
+        for p in self.params:
+            if p.target.kind == "hardware":
+                by_gpu.setdefault(p.target.name, []).append(p)
+        tpot = frozenset({"tpot_s"})
+        gpu = tuple(Stage(tuple(ps), tpot) for _, ps in sorted(by_gpu.items()))
+        return ((Stage(host),) if host else ()) + gpu
+
     def predict(self, values: Mapping[str, float], indices: IntArray) -> FloatArray:
         """Predicted mean TTFT or TPOT (seconds) of the observations at `indices`."""
+        idx = np.asarray(indices, dtype=np.intp)
+        self.runs.fill(sorted({int(r) for r in self.obs_run[idx]}), values)
         out = np.empty(len(indices), dtype=np.float64)
-        for n, i in enumerate(np.asarray(indices, dtype=np.intp)):
+        for n, i in enumerate(idx):
             r = int(self.obs_run[i])
             ttft, tpot = self.runs.prediction(r, values)
             out[n] = ttft if self.obs_metric[i] == "ttft_s" else tpot
@@ -85,15 +111,46 @@ class _Predictions:
     cache: dict[tuple[int, tuple[float, ...]], tuple[float, float]] = field(
         default_factory=dict)
 
-    def prediction(self, r: int, values: Mapping[str, float]) -> tuple[float, float]:
-        """(mean TTFT, mean TPOT) in seconds of run `r` at the parameter values."""
+    pool: EstimatePool | None = None
+
+    def _key(self, r: int, values: Mapping[str, float]) -> tuple[int, tuple[float, ...]]:
+        """Run `r` and the values of the parameters it depends on."""
         prep = self.prepared[r]
         key = tuple(values.get(f"{s}.{k}", math.nan) for s in prep.styles for k in HOST_KEYS)
-        hit = self.cache.get((r, key))
+        key += tuple(values.get(name, math.nan) for name, _, _ in prep.gpu_params)
+        return r, key
+
+    def fill(self, runs: Sequence[int], values: Mapping[str, float]) -> None:
+        """Estimate the runs not cached at these values, on the pool's workers if any."""
+        missing = [r for r in runs if self._key(r, values) not in self.cache]
+        if not missing:
+            return
+        jobs = [(r, values) for r in missing]
+        hits = self.pool.map(jobs) if self.pool is not None else [
+            _estimate(self.prepared[r], values) for r in missing]
+        for r, hit in zip(missing, hits, strict=True):
+            self.cache[self._key(r, values)] = hit
+
+    def prediction(self, r: int, values: Mapping[str, float]) -> tuple[float, float]:
+        """(mean TTFT, mean TPOT) in seconds of run `r` at the parameter values."""
+        key = self._key(r, values)
+        hit = self.cache.get(key)
         if hit is None:
-            hit = _estimate(prep, values)
-            self.cache[(r, key)] = hit
+            hit = _estimate(self.prepared[r], values)
+            self.cache[key] = hit
         return hit
+
+    def start_workers(self, workers: int) -> None:
+        """Estimate on `workers` forked processes from now on (1: in this process)."""
+        self.stop_workers()
+        if workers > 1:
+            self.pool = EstimatePool(self.prepared, _estimate, workers)
+
+    def stop_workers(self) -> None:
+        """Stop the worker processes, if any."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 def config_key(m: Mapped) -> str:
@@ -128,7 +185,8 @@ def _prepare(m: Mapped) -> _Prepared:
     # A run whose scenario sets its overhead keeps it: the fit moves only the styles' own.
     explicit = any(pool.overhead is not None for pool in pools)
     styles = () if explicit else tuple(dict.fromkeys(str(pool.engine) for pool in pools))
-    return _Prepared(loaded.scenario, engine, stream, styles)
+    return _Prepared(loaded.scenario, engine, stream, styles, loaded.base_dir,
+                     streaming_keys(engine))
 
 
 def _restyled(engine: Any, values: Mapping[str, float]) -> Any:
@@ -150,12 +208,30 @@ def _restyled(engine: Any, values: Mapping[str, float]) -> Any:
 def _estimate(prep: _Prepared, values: Mapping[str, float]) -> tuple[float, float]:
     from simulator.closed_form.scenario import estimate
 
-    engine = _restyled(prep.engine, values) if prep.styles else prep.engine
     try:
+        engine = _rebuilt(prep, values)
+        if prep.styles:
+            engine = _restyled(engine, values)
         est = estimate(prep.scenario, engine, prep.stream)
     except (ValueError, RuntimeError, ZeroDivisionError, OverflowError):
         return math.nan, math.nan
     return float(est.ttft_mean_s), float(est.tpot_p50_s)
+
+
+def _rebuilt(prep: _Prepared, values: Mapping[str, float]) -> Any:
+    """The run's engine built on its GPU profiles with the GPU parameters' values (the
+    cached one where the run has none)."""
+    if not prep.gpu_params:
+        return prep.engine
+    from simulator.calibration.applied import calibrated_profile
+    from simulator.serving.engine_build import build_engine
+
+    by_gpu: dict[str, dict[str, float]] = {}
+    for name, gpu, key in prep.gpu_params:
+        if name in values:
+            by_gpu.setdefault(gpu, {})[key] = values[name]
+    profiles = {gpu: calibrated_profile(gpu, v) for gpu, v in by_gpu.items()}
+    return build_engine(prep.scenario, prep.base_dir, None, profiles)
 
 
 def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
@@ -175,10 +251,15 @@ def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
     return tuple(out)
 
 
-def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None) -> RunProblem:
+FIT_KINDS = ("host", "gpu")
+
+
+def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
+                  fit: Sequence[str] = ("host",)) -> RunProblem:
     """Prepare every mapped run; refused ones are counted by reason (as validate
     --measurements does); observations of runs without a finite estimate at the shipped
-    values are dropped (counted)."""
+    values are dropped (counted). `fit` names the parameter kinds declared (FIT_KINDS):
+    host costs first, so a GPU factor collinear with one is the one left at its prior."""
     used: list[Mapped] = []
     prepared: list[_Prepared] = []
     refused: Counter[str] = Counter()
@@ -199,7 +280,9 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None) ->
         if progress is not None:
             progress.step()
     styles = sorted({s for p in prepared for s in p.styles})
-    params = host_parameters(styles)
+    params = host_parameters(styles) if "host" in fit else ()
+    if "gpu" in fit:
+        params += _declare_gpu(used, prepared)
     predictions = _Predictions(prepared)
     at_prior = {p.name: p.prior for p in params}
     rows: list[Observation] = []
@@ -224,3 +307,18 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None) ->
     return RunProblem(used, refused, example, ObservationSet.of(rows),
                       np.array(runs, dtype=np.intp), tuple(metrics), tuple(sources), params,
                       dropped, predictions)
+
+
+def _declare_gpu(used: Sequence[Mapped], prepared: list[_Prepared]) -> tuple[FreeParameter, ...]:
+    """The GPU parameters enough runs exercise; each prepared run learns which apply to it."""
+    from simulator.calibration.applied import shipped_value
+
+    pairs = {pair for p in prepared for pair in p.gpu_keys}
+    shipped = {(gpu, key): shipped_value(gpu, key) for gpu, key in pairs}
+    params = gpu_parameters([p.gpu_keys for p in prepared], [config_key(m) for m in used],
+                            shipped)
+    declared = {(p.target.name, p.target.key) for p in params}
+    for prep in prepared:
+        prep.gpu_params = tuple((parameter_name(gpu, key), gpu, key)
+                                for gpu, key in prep.gpu_keys if (gpu, key) in declared)
+    return params

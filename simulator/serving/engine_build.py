@@ -4,6 +4,7 @@ style, drafter and, for disaggregated deployments, both pools and the KV link be
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -59,9 +60,20 @@ def _resolve_model(name: str, base_dir: Path | None) -> str:
 
 
 def build_engine(
-    scenario: Scenario, base_dir: Path | None = None, hardware: Hardware | None = None
+    scenario: Scenario,
+    base_dir: Path | None = None,
+    hardware: Hardware | None = None,
+    profiles: Mapping[str, Hardware] | None = None,
 ) -> Engine:
-    """Load model and GPU, check the layout and memory fit, size the KV block pool."""
+    """Load model and GPU, check the layout and memory fit, size the KV block pool.
+    `hardware` replaces the scenario's GPU profile (the uncertainty band's perturbed copies);
+    `profiles` stands in for shipped profiles by name, the scenario's and any pool's (a
+    calibration overlay's values applied to them)."""
+    known = profiles or {}
+
+    def profile(name: str) -> Hardware:
+        return known[name] if name in known else load_hardware(name)
+
     dep = scenario.deployment
     try:
         arch = load_architecture(_resolve_model(scenario.model, base_dir))
@@ -69,7 +81,7 @@ def build_engine(
         tag_key(exc, "model")
         raise
     try:
-        hw = hardware if hardware is not None else load_hardware(scenario.hardware.gpu)
+        hw = hardware if hardware is not None else profile(scenario.hardware.gpu)
     except ValueError as exc:
         tag_key(exc, "hardware.gpu")
         raise
@@ -83,7 +95,7 @@ def build_engine(
             pool_hw = hw
             if pool.hardware is not None:
                 try:
-                    pool_hw = load_hardware(pool.hardware.gpu)
+                    pool_hw = profile(pool.hardware.gpu)
                 except ValueError as exc:
                     tag_key(exc, f"deployment.{name}.hardware.gpu")
                     raise
