@@ -47,9 +47,6 @@ def _write(path: Path, rows: list[dict[str, str]]) -> None:
 @pytest.fixture(scope="module")
 def truth_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Six configurations x three concurrencies, figures from the estimate at the truth."""
-    from simulator.measured.calibrate_runs import build_problem
-    from simulator.measured.scenario import map_run
-
     folder = tmp_path_factory.mktemp("cal")
     rows, i = [], 0
     # Tensor-parallel 8B models: a decode step's GPU part under the shipped 1 ms host step,
@@ -59,12 +56,25 @@ def truth_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for conc in (1, 4, 16):
             rows.append(_row(i, model, tp, conc, 512, 128))
             i += 1
+    return truth_file(folder, rows, {"vllm.cpu_step_us": TRUE_STEP_US})
+
+
+def truth_file(folder: Path, rows: list[dict[str, str]], truth: dict[str, float],
+               fit: tuple[str, ...] = ("host",), shipped: dict[str, float] | None = None
+               ) -> Path:
+    """folder/truth.csv: the rows with the figures the fit's own predictor gives at the
+    priors with `truth`'s parameters set (and `shipped`'s priors checked first)."""
+    from simulator.measured.calibrate_runs import build_problem
+    from simulator.measured.scenario import map_run
+
     draft = folder / "draft.csv"
     _write(draft, rows)
-    problem = build_problem([map_run(r, None) for r in read_silicon(draft)])
+    problem = build_problem([map_run(r, None) for r in read_silicon(draft)], None, fit)
     assert len(problem.used) == len(rows)
     values = {p.name: p.prior for p in problem.params}
-    values["vllm.cpu_step_us"] = TRUE_STEP_US
+    for name, prior in (shipped or {}).items():
+        assert values[name] == prior
+    values.update(truth)
     for r, row in enumerate(rows):
         ttft, tpot = problem.runs.prediction(r, values)
         row["ttft_ms"], row["tpot_ms"] = repr(ttft * 1e3), repr(tpot * 1e3)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from simulator.cli.app import cli
 from simulator.measured.silicon import read_silicon
-from tests.test_calibrate import _fails, _row, _write
+from tests.test_calibrate import _fails, _row, truth_file
 
 FP4_KEY = "gemm_classes.fp4_block_scaled.hbm_fraction"
 FP4_PARAM = f"b200.{FP4_KEY}"
@@ -35,26 +35,11 @@ def _gpu_row(i: int, tp: int, conc: int) -> dict[str, str]:
 def truth_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Four layouts x five concurrencies (20 runs of 4 configurations: the least the fit
     declares a GPU parameter for), figures from the estimate at the truth."""
-    from simulator.measured.calibrate_runs import build_problem
-    from simulator.measured.scenario import map_run
-
     folder = tmp_path_factory.mktemp("calgpu")
     rows = [_gpu_row(i, tp, conc) for i, (tp, conc) in enumerate(
         (tp, conc) for tp in (1, 2, 4, 8) for conc in (1, 4, 16, 32, 64))]
-    draft = folder / "draft.csv"
-    _write(draft, rows)
-    problem = build_problem([map_run(r, None) for r in read_silicon(draft)], None,
-                            ("host", "gpu"))
-    assert len(problem.used) == len(rows)
-    values = {p.name: p.prior for p in problem.params}
-    assert values[FP4_PARAM] == SHIPPED_FP4
-    values[FP4_PARAM] = TRUE_FP4
-    for r, row in enumerate(rows):
-        ttft, tpot = problem.runs.prediction(r, values)
-        row["ttft_ms"], row["tpot_ms"] = repr(ttft * 1e3), repr(tpot * 1e3)
-    path = folder / "truth.csv"
-    _write(path, rows)
-    return path
+    return truth_file(folder, rows, {FP4_PARAM: TRUE_FP4}, ("host", "gpu"),
+                      {FP4_PARAM: SHIPPED_FP4})
 
 
 @pytest.fixture(scope="module")
