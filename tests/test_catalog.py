@@ -50,6 +50,12 @@ PUBLISHED_TOTAL: list[tuple[str, float, float, str]] = [
     # 174.6B here, the embeddings tied as in the smaller OPT models).
     ("opt-66b", 66 * B, ROUNDED, "OPT paper, arXiv 2205.01068, Table 1"),
     ("opt-175b", 175 * B, ROUNDED, "OPT paper, arXiv 2205.01068, Table 1"),
+    # MiniMax-M2 model card: "230 billion total parameters" (M2.5 keeps the architecture);
+    # 228.7B here (tests/test_models_2026.py derives it by hand).
+    ("minimax-m2.5", 230 * B, ROUNDED, "huggingface.co/MiniMaxAI/MiniMax-M2 model card"),
+    # Kimi-K2 model card: "1 trillion total parameters" (K2.5's text backbone is K2's shape);
+    # 1026.4B here.
+    ("kimi-k2.5", 1000 * B, ROUNDED, "huggingface.co/moonshotai/Kimi-K2-Instruct model card"),
 ]
 
 # (catalog name, published active-per-token, tolerance, source)
@@ -61,6 +67,8 @@ PUBLISHED_ACTIVE: list[tuple[str, float, float, str]] = [
     # DeepSeek-V3 report: "37B activated for each token" (rounded to whole billions).
     ("deepseek-v3", 37 * B, ROUNDED, "DeepSeek-V3 technical report, arXiv 2412.19437"),
     ("deepseek-r1", 37 * B, ROUNDED, "huggingface.co/deepseek-ai/DeepSeek-R1 model card"),
+    # Kimi-K2 model card: "32 billion activated parameters"; 32.86B here.
+    ("kimi-k2.5", 32 * B, ROUNDED, "huggingface.co/moonshotai/Kimi-K2-Instruct model card"),
 ]
 
 # gpt-oss model card, Table 1: 5.13B and 3.61B active parameters per token. OpenAI's active
@@ -69,6 +77,9 @@ PUBLISHED_ACTIVE: list[tuple[str, float, float, str]] = [
 PUBLISHED_ACTIVE_NO_EMBEDDING: list[tuple[str, float, float, str]] = [
     ("gpt-oss-120b", 5.13 * B, PRECISE, "gpt-oss model card, arXiv 2508.10925"),
     ("gpt-oss-20b", 3.61 * B, PRECISE, "gpt-oss model card, arXiv 2508.10925"),
+    # MiniMax-M2 model card: "10 billion active parameters", a whole number of billions, so up
+    # to 5% from the count (+-0.5B): 10.42B here without the 0.61B embedding table, 11.03B with.
+    ("minimax-m2.5", 10 * B, 0.05, "huggingface.co/MiniMaxAI/MiniMax-M2 model card"),
 ]
 
 # Qwen3 model cards also give the count without embedding and output matrices.
@@ -94,6 +105,8 @@ EXPECTED_CATALOG = {
     "opt-13b",
     "opt-66b",
     "opt-175b",
+    "minimax-m2.5",
+    "kimi-k2.5",
 }
 
 

@@ -132,14 +132,14 @@ def test_gpt_oss_nvfp4_is_mxfp4_and_empty_precision_is_bf16(tmp_path: Path) -> N
 
 
 def test_unshipped_model_and_gpu_are_refused_with_reasons(tmp_path: Path) -> None:
-    rows = [{**AGG_DP8, "model": "kimi-k2.5"}, {**AGG_DP8, "gpu": "b300"},
+    rows = [{**AGG_DP8, "model": "glm-5"}, {**AGG_DP8, "model": "qwen3.5-397b-a17b"},
             {**DENSE, "tp_size": "3"}]
     result = invoke("--measurements", str(write_csv(tmp_path / "r.csv", rows)),
                     "--method", "estimate", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output[result.output.index("{"):])
-    assert data["refused"] == {"model not shipped: kimi-k2.5": 1, "GPU not shipped: b300": 1,
-                               "layout refused": 1}
+    assert data["refused"] == {"model not shipped: glm-5": 1,
+                               "model not shipped: qwen3.5-397b-a17b": 1, "layout refused": 1}
     assert [r["status"] for r in data["runs"]] == ["refused"] * 3
     assert "tensor_parallel 3" in data["runs"][2]["detail"]
 

@@ -21,8 +21,10 @@ from simulator.measured.run import Load, MeasuredRun, Pool
 
 # Named by the reference README as models and GPUs the simulator does not ship yet: rows of
 # them are counted as unsupported; any other unknown name is a misspelling, an input error.
-NOT_SHIPPED_MODELS = frozenset({"kimi-k2.5", "minimax-m2.5", "qwen3.5-397b-a17b", "glm-5"})
-NOT_SHIPPED_GPUS = frozenset({"b300", "gb300"})
+# Qwen3.5 (Gated DeltaNet linear attention) and GLM-5 (sparse attention with an indexer) need
+# attention architectures the cost model does not have; every named GPU has a profile now.
+NOT_SHIPPED_MODELS = frozenset({"qwen3.5-397b-a17b", "glm-5"})
+NOT_SHIPPED_GPUS: frozenset[str] = frozenset()
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # max_num_batched_tokens where a file does not record it: the scenario schema's own default.
 DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].default

@@ -2,8 +2,9 @@
 
 Families recognised by their keys (not only by name): Llama / Llama-2 / Mistral (dense GQA),
 Qwen2/Qwen3 (explicit `head_dim`), Qwen-MoE (`num_experts`, `decoder_sparse_step`,
-`mlp_only_layers`), Mixtral and gpt-oss (`num_local_experts`), DeepSeek-V2/V3/R1 (MLA keys plus
-`n_routed_experts`). Any other decoder that carries the standard keys parses as a dense model.
+`mlp_only_layers`), Mixtral, gpt-oss and MiniMax-M2 (`num_local_experts`), DeepSeek-V2/V3/R1 and
+Kimi-K2 (MLA keys plus `n_routed_experts`); a multimodal wrapper's `text_config` (Kimi-K2.5) is
+read as the decoder. Any other decoder that carries the standard keys parses as a dense model.
 
 Every problem with the input is reported as one `ModelError` sentence naming the key; a
 KeyError or TypeError never escapes.
@@ -15,12 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from simulator.model.architecture import (
-    ATTENTION_GROUPS,
     Architecture,
     MLASpec,
     ModelError,
     MoESpec,
 )
+from simulator.model.quant_modules import bf16_modules
 
 # Model types whose MLP is SwiGLU (gate, up, down) regardless of what `hidden_act` says.
 _GATED_MODEL_TYPES = frozenset(
@@ -182,15 +183,17 @@ def _parse_moe(c: _Config, num_layers: int, intermediate: int) -> MoESpec | None
         layers = [i for i in range(num_layers) if i >= first_k and i % freq == 0]
         pattern_keys = "'first_k_dense_replace'/'moe_layer_freq'"
         shared_size = expert_size
-    elif c.has("num_local_experts"):  # Mixtral, gpt-oss
+    elif c.has("num_local_experts"):  # Mixtral, gpt-oss, MiniMax-M1/M2
         num_experts = c.int_("num_local_experts", minimum=0)
         if num_experts == 0:
             return None
         key = "experts_per_token" if c.has("experts_per_token") else "num_experts_per_tok"
         top_k = c.int_(key)
-        # Mixtral and gpt-oss give the expert width as `intermediate_size`.
+        # Mixtral, gpt-oss and MiniMax give the expert width as `intermediate_size`.
         expert_size = c.opt_int("moe_intermediate_size", intermediate, minimum=1)
-        shared, shared_size = 0, 0
+        # MiniMax's one optional shared expert (`shared_intermediate_size`, 0 in M1/M2).
+        shared_size = c.opt_int("shared_intermediate_size", 0)
+        shared = 1 if shared_size > 0 else 0
         layers = list(range(num_layers))
         pattern_keys = ""
     elif c.has("num_experts"):  # Qwen2-MoE / Qwen3-MoE
@@ -234,6 +237,20 @@ def _parse_mla(c: _Config) -> MLASpec | None:
         qk_nope_head_dim=c.int_("qk_nope_head_dim"),
         v_head_dim=c.int_("v_head_dim"),
     )
+
+
+def _check_softmax_attention(c: _Config) -> None:
+    """Refuse linear-attention layers, which this simulator does not cost: MiniMax's
+    `attn_type_list` marks them 0 (lightning attention, MiniMax-Text-01/M1; M2 lists only 1),
+    newer HF configs list them in `layer_types` (Qwen3-Next/Qwen3.5: "linear_attention")."""
+    kinds = c.raw.get("attn_type_list")
+    if isinstance(kinds, list) and any(k == 0 for k in kinds):
+        raise c.fail("key 'attn_type_list' marks linear-attention layers (0), which this "
+                     "simulator does not cost (softmax attention only)")
+    layer_types = c.raw.get("layer_types")
+    if isinstance(layer_types, list) and "linear_attention" in layer_types:
+        raise c.fail("key 'layer_types' lists 'linear_attention' layers, which this simulator "
+                     "does not cost (softmax attention only)")
 
 
 def _parse_sliding(c: _Config, num_layers: int) -> tuple[int | None, int]:
@@ -303,6 +320,7 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
     hidden_act = (c.opt_str("hidden_act") or c.opt_str("activation_function") or "silu").lower()
     gated = model_type in _GATED_MODEL_TYPES or hidden_act in _GATED_ACTIVATIONS
     attention_bias = c.opt_bool("attention_bias", model_type in _QKV_BIAS_MODEL_TYPES)
+    _check_softmax_attention(c)
     window, n_sliding = _parse_sliding(c, num_layers)
 
     return Architecture(
@@ -325,46 +343,5 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         mla=mla,
         attention_sinks=model_type == "gpt_oss",
         num_mtp_layers=c.opt_int("num_nextn_predict_layers", 0),
-        bf16_modules=_bf16_modules(c.raw),
+        bf16_modules=bf16_modules(c.raw),
     )
-
-
-# Last name components of the attention input and output projections across the families.
-_ATTENTION_IN = {
-    "q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "Wqkv",
-    "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "fused_qkv_a_proj_with_mqa",
-}
-_ATTENTION_OUT = {"o_proj", "out_proj", "wo"}
-_ATTENTION = {"self_attn", "attn", "attention", "self_attention"}
-
-
-def _bf16_modules(raw: Mapping[str, Any]) -> frozenset[str]:
-    """Module groups (architecture.MODULE_GROUPS) the checkpoint leaves unquantized, read from
-    the names its quantization config excludes: quantization_config.modules_to_not_convert
-    (gpt-oss: 'model.layers.*.self_attn'), .ignore (compressed-tensors) or .exclude_modules,
-    and ModelOpt's quantization.exclude_modules (hf_quant_config.json: nvidia's DeepSeek-R1
-    NVFP4 checkpoints list self_attn*; the FP4-v2 ones keep attention's input projections only,
-    quantizing wo). A group named in any layer is costed BF16 in every layer; dense_mlp is set
-    only by the precision block (a config names a layer's mlp, not whether it is dense)."""
-    names: list[Any] = []
-    for block in (raw.get("quantization_config"), raw.get("quantization")):
-        if isinstance(block, Mapping):
-            for key in ("modules_to_not_convert", "ignore", "exclude_modules"):
-                value = block.get(key)
-                if isinstance(value, list):
-                    names += value
-    groups: set[str] = set()
-    for n in names:
-        if not isinstance(n, str):
-            continue
-        name = n.rstrip(".*")
-        last = name.rsplit(".", 1)[-1]
-        if last in _ATTENTION:
-            groups |= ATTENTION_GROUPS
-        elif last in _ATTENTION_IN:
-            groups.add("attention_in")
-        elif last in _ATTENTION_OUT or (last == "dense" and "attn" in name):
-            groups.add("attention_out")
-        elif "shared_expert" in name:
-            groups.add("shared_experts")
-    return frozenset(groups)
