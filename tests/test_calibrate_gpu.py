@@ -209,3 +209,21 @@ def test_streaming_key_paths_are_the_ones_gemm_rates_reads(gpu: str) -> None:
             moved = gemm_rates(slower, fmt, native, 64, grouped).hbm_bytes_per_s
             assert (moved != rates.hbm_bytes_per_s) == (key in listed), (rates.kernel_class, key)
     assert "dense" in seen and "grouped_dense" in seen
+
+
+def test_explain_costs_the_step_on_the_calibrated_profile(overlay_path: Path) -> None:
+    """`explain --calibration`: the same FP4 decode step on B200 streams its weights at the
+    fitted fraction (~0.70) instead of the shipped 0.55, so the step is shorter, and the first
+    line names the calibration; without the flag nothing changes."""
+    args = ["explain", "llama-3.1-70b", "--gpu", "b200", "--tp", "4", "--weights", "nvfp4",
+            "--activations", "nvfp4", "--kv-cache", "fp8", "--decode-batch", "1", "--json"]
+    runner = CliRunner()
+    plain = json.loads(runner.invoke(cli, args).output)
+    again = json.loads(runner.invoke(cli, args).output)
+    res = runner.invoke(cli, [*args, "--calibration", str(overlay_path)])
+    assert res.exit_code == 0, res.output
+    cal = json.loads(res.output)
+    assert plain == again and cal["calibration"] == str(overlay_path)
+    assert cal["step_time_s"] < 0.95 * plain["step_time_s"]
+    text = runner.invoke(cli, [*args[:-1], "--calibration", str(overlay_path)]).output
+    assert text.splitlines()[0].startswith(f"calibration: {overlay_path}")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, get_args
 
 import click
 
+from simulator.cli.calibration_flag import calibration_applied, calibration_line, calibration_option
 from simulator.cli.common import FORMAT, dump
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     "(bonus included), and for draft_model the drafter's catalog name or config.json.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@calibration_option
 def explain(
     model: str,
     gpu: str,
@@ -61,6 +63,7 @@ def explain(
     gpu_memory_utilization: float,
     speculative: str | None,
     as_json: bool,
+    calibration: str | None,
 ) -> None:
     """Cost one engine step of MODEL operator by operator (the teaching view)."""
     from simulator.cost import Formats, ParallelLayout
@@ -69,6 +72,9 @@ def explain(
     base = precision or "bf16"
     act_default = base if precision != "int4" else "bf16"
     formats = Formats(weights or base, activations or act_default, kv_cache or base)
+    # A calibration's GPU factors are the profile a step is costed on; its host costs do not
+    # enter one GPU step (simulate and estimate add them).
+    hardware = calibration_applied(calibration).profiles.get(gpu) if calibration else None
     result = run_explain(
         model,
         gpu,
@@ -78,6 +84,7 @@ def explain(
         context,
         prefill_tokens,
         gpu_memory_utilization,
+        hardware,
     )
     spec = None
     if speculative is not None:
@@ -86,8 +93,12 @@ def explain(
         out = result.to_dict()
         if spec is not None:
             out["speculative"] = spec.to_dict()
+        if calibration is not None:
+            out = {"calibration": calibration, **out}
         dump(out)
     else:
+        if calibration is not None:
+            click.echo(calibration_line(calibration))
         click.echo(result.to_text())
         if spec is not None:
             click.echo("")

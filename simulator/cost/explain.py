@@ -181,10 +181,12 @@ def explain(
     context: int = 1024,
     prefill_tokens: int = 0,
     gpu_memory_utilization: float = 0.9,
+    hardware: Hardware | None = None,
 ) -> Explanation:
-    """Cost one step of `decode_batch` sequences at `context` tokens plus an optional prefill."""
+    """Cost one step of `decode_batch` sequences at `context` tokens plus an optional prefill;
+    `hardware` replaces the shipped profile of `gpu` (a calibrated one)."""
     arch = load_architecture(model)
-    hw = load_hardware(gpu)
+    hw = hardware if hardware is not None else load_hardware(gpu)
     step_model = StepModel(arch, hw, layout, formats)
     budget = memory_budget(arch, hw, layout, formats, gpu_memory_utilization)
     require_fit(arch, hw, layout, formats, budget)
