@@ -7,7 +7,6 @@ raises InputError (one line on stderr, exit 2, as everywhere in the CLI).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -87,8 +86,8 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
         outcome.written.insert(-1, str(page))
     for line in outcome.summary_lines():
         click.echo(line)
-    failed = outcome.failure_line()
-    if failed is not None:  # the outputs are written; the exit status says nothing ran
+    failed = outcome.failure_line() or outcome.incomplete_line()
+    if failed is not None:  # the outputs are written; the exit status says what is lacking
         click.echo(f"frontier: {failed}", err=True)
         raise SystemExit(1)
 
@@ -298,9 +297,10 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
         out.append("# load (run once the server is up):")
         out.extend(bench_command(scenario, engine))
     text = "\n".join(out) + "\n"
-    if out_file:
-        Path(out_file).write_text(text)
-        os.chmod(out_file, 0o755)
+    if out_file is not None:
+        from simulator.safeio import write_output
+
+        write_output(out_file, text, executable=True)
         click.echo(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)
