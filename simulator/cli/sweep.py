@@ -242,13 +242,10 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
                rate: float | None, gpu_price: tuple[str, ...], out_file: str | None,
                capacity: bool | None, confidence: str) -> None:
     """The K best configs as engine launch commands plus matching `vllm bench serve` loads."""
-    from simulator.sweep.capacity import at_rate
     from simulator.sweep.cost import gpu_prices
-    from simulator.sweep.export import bench_command, launch_commands, with_copies
+    from simulator.sweep.export_script import export_script
     from simulator.sweep.frontier import DEFAULT_Y, frontier_rows
-    from simulator.sweep.recommend import describe
     from simulator.sweep.recommend import recommend as rank
-    from simulator.sweep.store import point_scenario
     from simulator.sweep.table import number
 
     prices = gpu_prices(gpu_price)
@@ -272,31 +269,7 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
     if not chosen:
         why = "no point meets the SLO" if targets else "no successful point"
         raise InputError(f"{sweep_dir}: no config to export ({why})")
-    out = [f"#!/usr/bin/env bash\n# frontier export: top {len(chosen)} of {sweep_dir} for "
-           f"{engine} ({how})\n# Each block: launch the engine, then replay the simulated load."]
-    for i, row in enumerate(chosen, start=1):
-        scenario = point_scenario(path, str(row["point_id"]))
-        if scenario is None:
-            raise InputError(f"{path / 'points'}: missing {row['point_id']}.yaml")
-        facts = []
-        for col, label in (("output_tokens_per_s_per_gpu", "tok/s per GPU"),
-                           ("output_tokens_per_s_per_user.p50", "tok/s per user"),
-                           ("ttft_s.p99", "s TTFT p99"), ("tpot_s.p99", "s TPOT p99")):
-            v = number(row, col)
-            if v is not None:
-                facts.append(f"{v:.4g} {label}")
-        out.append(f"\n# {i}. {describe(row, axes)}\n#    predicted: {', '.join(facts)}\n"
-                   f"#    scenario: {path / 'points' / (str(row['point_id']) + '.yaml')}")
-        n = copies.get(str(row["point_id"]), 1)
-        if n > 1:
-            out.append(f"#    {n} copies of this point's deployment (recommend's sizing)")
-            scenario = with_copies(scenario, n)
-        if rate is not None:
-            scenario = at_rate(scenario, rate)
-        out.extend(launch_commands(scenario, engine))
-        out.append("# load (run once the server is up):")
-        out.extend(bench_command(scenario, engine))
-    text = "\n".join(out) + "\n"
+    text = export_script(path, chosen, axes, engine, how, copies, rate)
     if out_file is not None:
         from simulator.safeio import write_output
 
