@@ -9,6 +9,7 @@ mapping (a second `deployment:` that silently replaced the first) is refused wit
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -101,7 +102,22 @@ def _check_unique_keys(node: yaml.MappingNode) -> None:
 # pure-Python one; the constructor and resolver are the same Python classes in both, so a valid
 # document loads to the same values. Errors are re-read with the pure-Python loader so every
 # message (problem, line, column) is the same whichever parser is installed.
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
+# YAML 1.1 (PyYAML) reads `1e3` and `1e-3` (no dot) as strings, YAML 1.2 as numbers; the
+# schemas take no string for a number, so these read as the floats everyone means.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+
+
+def _with_exponent_floats(base: Any) -> Any:
+    """A subclass of the loader `base` whose resolver also reads `1e3` as a float."""
+    loader: Any = type(f"Frontier{base.__name__}", (base,), {})
+    loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT,
+                                 list("-+0123456789"))
+    return loader
+
+
+_SAFE_LOADER: Any = _with_exponent_floats(yaml.SafeLoader)
+_FAST_LOADER: Any = (_with_exponent_floats(yaml.CSafeLoader) if hasattr(yaml, "CSafeLoader")
+                     else None)
 
 
 def safe_load_bounded(text: str) -> Any:
@@ -112,7 +128,7 @@ def safe_load_bounded(text: str) -> Any:
             return _load(_FAST_LOADER, text)
         except yaml.YAMLError:
             pass  # the same document again below, for the pure-Python loader's message
-    return _load(yaml.SafeLoader, text)
+    return _load(_SAFE_LOADER, text)
 
 
 def _load(loader_class: Any, text: str) -> Any:

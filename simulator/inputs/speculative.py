@@ -22,7 +22,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from simulator.errors import InputError
-from simulator.inputs.common import _invalid, _Strict
+from simulator.inputs.common import AsTuple, _invalid, _Strict
 
 SpeculativeMethod = Literal["draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram"]
 WorkloadKind = Literal["chat", "code", "math", "summarization"]
@@ -85,7 +85,7 @@ class SpeculativeConfig(_Strict):
     num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
     # mean tokens emitted per verification step, bonus token included: 1 .. k+1
     acceptance_length: float | None = None
-    acceptance_rate: Rate | tuple[Rate, ...] | None = None
+    acceptance_rate: Rate | Annotated[tuple[Rate, ...], AsTuple] | None = None
     preset: str | None = None
     draft_model: str | None = None  # catalog name or config.json path (method draft_model)
     policy: Literal["always", "auto"] = "always"

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from simulator.inputs.common import (
+    AsTuple,
     Int32,
     PosFloat,
     PosInt,
@@ -47,7 +48,9 @@ class GammaArrival(_Strict):
 
     kind: Literal["gamma"] = "gamma"
     rate_per_s: PosFloat
-    cv: PosFloat  # coefficient of variation of the gaps
+    # coefficient of variation of the gaps; past these bounds the gamma's shape 1/cv^2
+    # underflows or overflows a float (use kind: constant for evenly spaced arrivals)
+    cv: Annotated[float, Field(ge=1e-3, le=1e3)]
 
 
 class ConstantArrival(_Strict):
@@ -163,7 +166,7 @@ class EmpiricalLengths(_Clipped):
     """Resampled (with replacement) from inline `values` or from a CSV `column` at `path`."""
 
     kind: Literal["empirical"] = "empirical"
-    values: Annotated[tuple[Tokens, ...], Field(min_length=1)] | None = None
+    values: Annotated[tuple[Tokens, ...], Field(min_length=1), AsTuple] | None = None
     path: Annotated[str, Field(min_length=1)] | None = None
     column: Annotated[str, Field(min_length=1)] | None = None
 
@@ -198,8 +201,8 @@ LengthSpec = Annotated[
 class Priorities(_Strict):
     """Each request draws a priority; lower value is served first (vLLM convention)."""
 
-    values: Annotated[tuple[Int32, ...], Field(min_length=1)]
-    weights: Annotated[tuple[PosFloat, ...], Field(min_length=1)]
+    values: Annotated[tuple[Int32, ...], Field(min_length=1), AsTuple]
+    weights: Annotated[tuple[PosFloat, ...], Field(min_length=1), AsTuple]
 
     @field_validator("weights")
     @classmethod
