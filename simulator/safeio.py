@@ -87,7 +87,11 @@ def write_atomic(path: Path | str, text: str | Iterable[str], *, durable: bool =
         pass
     except OSError as exc:
         raise cannot_write(path, exc) from None
-    fd = open_output(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:  # said of the file asked for, not of its temporary name
+        raise cannot_write(path, exc) from None
     try:
         with open(fd, "w", encoding="utf-8", newline="") as fh:
             if isinstance(text, str):

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from simulator.cli.calibration_flag import calibration_line, calibration_option, host_costs
+from simulator.cli.common import FiniteFloat
 from simulator.errors import InputError
 
 _AXIS_HELP = ("Frontier axis: a name (throughput_per_gpu, speed_per_user, ttft_p99, tpot_p99, "
@@ -163,12 +164,12 @@ def _capacity_option(f: Any) -> Any:
               " [default: the sweep scenario's slo:]")
 @click.option("--gpus", type=click.IntRange(min=1), default=None,
               help="GPUs available: the most load within them.")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--rate", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Requests/s to serve: the cheapest config that does.")
 @click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
 @click.option("--runner-ups", type=click.IntRange(min=0), default=5, show_default=True)
 @click.option("--max-quality-drop-pct", "max_quality_drop_pct",
-              type=click.FloatRange(min=0), default=None, metavar="PCT",
+              type=FiniteFloat(min=0), default=None, metavar="PCT",
               help="Only configs whose published quality drop is at most PCT % (configs whose "
                    "quality is unknown are excluded, and counted).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
@@ -233,7 +234,7 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
               help=_SLO_HELP + " Ranks like recommend; without one (and no slo: in the "
                                "scenario) the frontier points by throughput per GPU.")
 @click.option("--gpus", type=click.IntRange(min=1), default=None)
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--rate", type=FiniteFloat(min=0, min_open=True), default=None)
 @click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write a shell script instead of printing.")
@@ -271,8 +272,9 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
         raise InputError(f"{sweep_dir}: no config to export ({why})")
     text = export_script(path, chosen, axes, engine, how, copies, rate)
     if out_file is not None:
-        from simulator.safeio import write_output
+        from simulator.safeio import refuse_same_file, write_output
 
+        refuse_same_file(out_file, [], "--out")
         write_output(out_file, text, executable=True)
         click.echo(f"wrote {out_file}")
     else:
@@ -301,6 +303,10 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
     if not path.exists():
         raise InputError(f"report {target!r}: no such sweep folder, scenario file or shipped "
                          "scenario (see `frontier scenarios`)")
+    if out_file is not None:  # an empty name, or the scenario itself, would be replaced
+        from simulator.safeio import refuse_same_file
+
+        refuse_same_file(out_file, [path], "--out")
     if path.is_dir():
         from simulator.report import write_sweep_report
 

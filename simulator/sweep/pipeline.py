@@ -188,6 +188,8 @@ def run_sweep(
     SLO (the frontier is then the one among points within the SLO); `screen_only` (for the
     benchmark) stops after the screen. `host_costs` (a calibration overlay's, by engine style)
     are given to every point's engine that sets no overhead of its own."""
+    if not str(out_dir).strip():  # Path("") is the current folder: never meant
+        raise InputError("--out '': give a folder for the sweep's outputs")
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: choose local or ray")
     if backend == "ray" and not ray_available():
