@@ -74,8 +74,9 @@ def test_recommend_refuses_non_finite_numbers(flags: list[str], sweep_dir: Path,
 
 
 def test_empty_output_names_are_refused(scenario: Path, sweep_dir: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    os.chdir(tmp_path)  # an empty --out would otherwise write here
+    monkeypatch.chdir(tmp_path)  # an empty --out would otherwise write here
     before = sorted(os.listdir(tmp_path))
     for argv in (["sweep", str(scenario.parent / "none.yaml"), "--out", ""],
                  ["simulate", str(scenario), "--requests-csv", ""],

@@ -172,7 +172,7 @@ def sample_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> Floa
     sampler = ARRIVAL_SAMPLERS.get(spec.kind)
     if sampler is None:
         raise ValueError(f"arrival kind {spec.kind!r} is not sampled; traces use read_trace")
-    with np.errstate(over="ignore"):  # an overflow to inf is refused by _check_horizon
+    with np.errstate(over="ignore"):  # an overflow to inf is refused by check_horizon
         return sampler(spec, n, rng)
 
 
@@ -182,7 +182,9 @@ def sample_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> Floa
 HORIZON_S = 1e9
 
 
-def _check_horizon(arrival_s: FloatArray) -> None:
+def check_horizon(arrival_s: FloatArray) -> None:
+    """Refuse a stream to simulate whose arrivals pass HORIZON_S (the closed-form estimate
+    needs no clock and takes any rate)."""
     timed = arrival_s[~np.isnan(arrival_s)]
     if timed.size and not float(timed.max()) <= HORIZON_S:  # also refuses infinity
         raise InputError(
@@ -244,7 +246,6 @@ def build_stream(
         outputs = sample_lengths(w.output_tokens, n, rng, base_dir)
         if isinstance(w.arrival, ClosedLoopArrival):
             concurrency = w.arrival.concurrency
-    _check_horizon(arrival_s)
     if w.priorities is None:
         priority = np.zeros(n, dtype=np.int64)
     else:
