@@ -26,7 +26,7 @@ from simulator.quality.of_scenario import scenario_quality
 from simulator.serving.engine_build import Engine, build_engine
 from simulator.serving.records import DROP_REASONS
 from simulator.serving.simulation import TIMESERIES_COLUMNS, CheckHook, RunOutput, run
-from simulator.workload.stream import build_stream
+from simulator.workload.stream import build_stream, check_horizon
 
 if TYPE_CHECKING:
     from simulator.closed_form.scenario import Estimate
@@ -131,6 +131,7 @@ def simulate(
     else:
         engine = build_engine(s, base_dir, hardware, profiles)
     stream, warnings = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
+    check_horizon(stream.arrival_s)
     hook = _check_hook(check, engine)
     out = run(s, engine, stream, timeseries=timeseries, check=hook)
     if hook is not None and hasattr(hook, "finish"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import reprlib
 from typing import TYPE_CHECKING, Any, get_args
 
 if TYPE_CHECKING:  # pydantic costs ~0.1 s to import: only the commands that validate load it
@@ -105,11 +106,36 @@ def format_validation_error(source: str, exc: ValidationError, model: Any = None
     got = err.get("input")
     shown = ""
     if err["type"] not in ("missing",) and not isinstance(got, dict):
-        text = repr(got)
+        text = short_repr(got)
         shown = f" (got {text[:60] + '...' if len(text) > 60 else text})"
     more = len(exc.errors()) - 1
     extra = f" [+{more} more]" if more > 0 else ""
     return f"{source}: {_loc(loc)}: {msg}{shown}{extra}"
+
+
+class _ShortRepr(reprlib.Repr):
+    """reprlib's bounded repr, with integers too long to print said by their size."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 200:
+            return f"<an integer of about {int(x.bit_length() * 0.30103):,} digits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _ShortRepr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 64
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = _SHORT.maxset = 6
+_SHORT.maxlevel = 3
+
+
+def short_repr(value: Any) -> str:
+    """`repr` of a value for a message, bounded however large the value is (a string that
+    aliases expanded to megabytes, a list of a million items, an int of 10,000 digits): the
+    full repr is never built."""
+    try:
+        return _SHORT.repr(value)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__}>"
 
 
 def tag_key(exc: BaseException, key_path: str) -> None:
@@ -133,8 +159,12 @@ def located_message(source: str, exc: BaseException) -> str:
 _LINE_BREAKING = re.compile("[\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]")
 
 
+MAX_LINE = 2000  # characters of a message line; the rest is cut (a value may be huge)
+
+
 def one_line(text: str) -> str:
     """The first line of a message, with any character that would break it shown escaped
-    (a YAML key may hold any of them)."""
-    first = text.split("\n", 1)[0]
-    return _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], first)
+    (a YAML key may hold any of them), at most MAX_LINE characters long."""
+    first = text[: MAX_LINE * 4].split("\n", 1)[0]
+    line = _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], first)
+    return line if len(line) <= MAX_LINE else line[: MAX_LINE - 3] + "..."

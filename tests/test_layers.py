@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "units": 0,
     "yamlsafe": 0,
     "progress": 0,
+    "safeio": 0,  # output files: never through a link, atomic, one-line failures
     "model": 1,
     "hardware": 1,
     "engines": 1,

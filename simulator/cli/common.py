@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import click
@@ -15,6 +16,18 @@ from simulator.model.precision import FORMAT_NAMES
 USER_ERRORS: tuple[type[Exception], ...] = (InputError, ValueError)
 
 FORMAT = click.Choice(FORMAT_NAMES)
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option within a range that is also finite: click's FloatRange takes `inf` and
+    `nan` (NaN passes every comparison), which no rate or percentage means."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+                ) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 def dump(data: Any) -> None:

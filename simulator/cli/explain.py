@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, get_args
 import click
 
 from simulator.cli.calibration_flag import calibration_applied, calibration_line, calibration_option
-from simulator.cli.common import FORMAT, dump
+from simulator.cli.common import FORMAT, FiniteFloat, dump
 
 if TYPE_CHECKING:
     from simulator.cost.spec_explain import SpeculativeExplanation
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 @click.option("--decode-batch", type=click.IntRange(min=0), default=1, show_default=True)
 @click.option("--context", type=click.IntRange(min=0), default=1024, show_default=True)
 @click.option("--prefill-tokens", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True), default=0.9)
+@click.option("--gpu-memory-utilization", type=FiniteFloat(0, 1, min_open=True), default=0.9)
 @click.option(
     "--speculative",
     default=None,

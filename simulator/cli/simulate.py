@@ -16,6 +16,7 @@ from simulator.cli.calibration_flag import (
 from simulator.cli.common import USER_ERRORS, dump
 from simulator.cli.format_text import kv_chain_line, quality_line
 from simulator.errors import InputError, located_message
+from simulator.safeio import refuse_same_file, write_output
 from simulator.units import table
 
 
@@ -140,6 +141,9 @@ def simulate(
     import simulator
     from simulator.serving.simulation import TIMESERIES_COLUMNS
 
+    for flag, target in (("--requests-csv", requests_csv), ("--timeseries", timeseries)):
+        if target is not None:  # checked before the run: never overwrite the scenario
+            refuse_same_file(target, [scenario], flag)
     try:
         profiles = None
         if calibration is not None:
@@ -152,18 +156,12 @@ def simulate(
         )
     except USER_ERRORS as exc:  # one line naming the file and, where known, the key
         raise InputError(located_message(scenario, exc)) from None
-    try:
-        if requests_csv:
-            recs = result.requests
-            names = recs.dtype.names or ()
-            np.savetxt(requests_csv, np.column_stack([recs[n] for n in names]),
-                       delimiter=",", header=",".join(names), comments="", fmt="%.9g")
-        if timeseries and result.timeseries is not None:
-            np.savetxt(timeseries, result.timeseries, delimiter=",",
-                       header=",".join(TIMESERIES_COLUMNS), comments="", fmt="%.9g")
-    except OSError as exc:  # a missing folder, no permission: the user's path, not a bug
-        where = exc.filename or "output file"
-        raise InputError(f"{where}: cannot write ({exc.strerror or exc})") from None
+    if requests_csv is not None:
+        recs = result.requests
+        names = recs.dtype.names or ()
+        write_output(requests_csv, _csv(np.column_stack([recs[n] for n in names]), names))
+    if timeseries is not None and result.timeseries is not None:
+        write_output(timeseries, _csv(result.timeseries, TIMESERIES_COLUMNS))
     bands = _bands(loaded, skip_bad_rows, profiles) if band else None
     if as_json:
         data = result.to_dict()
@@ -178,6 +176,17 @@ def simulate(
         click.echo(_summary_text(result, loaded.scenario.name or scenario))
         for key, (low, high) in (bands or {}).items():
             click.echo(f"band {key}: {low:.4g} .. {high:.4g}")
+
+
+def _csv(table: Any, columns: Any) -> str:
+    """A numeric table as CSV text with a header line (every value to 9 digits)."""
+    import io
+
+    import numpy as np
+
+    buf = io.StringIO()
+    np.savetxt(buf, table, delimiter=",", header=",".join(columns), comments="", fmt="%.9g")
+    return buf.getvalue()
 
 
 BAND_KEYS = ("output_tokens_per_s", "ttft_s.p99", "tpot_s.p50", "e2e_s.p50")

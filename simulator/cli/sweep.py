@@ -7,7 +7,6 @@ raises InputError (one line on stderr, exit 2, as everywhere in the CLI).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import click
 
 from simulator.cli.calibration_flag import calibration_line, calibration_option, host_costs
+from simulator.cli.common import FiniteFloat
 from simulator.errors import InputError
 
 _AXIS_HELP = ("Frontier axis: a name (throughput_per_gpu, speed_per_user, ttft_p99, tpot_p99, "
@@ -87,8 +87,8 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
         outcome.written.insert(-1, str(page))
     for line in outcome.summary_lines():
         click.echo(line)
-    failed = outcome.failure_line()
-    if failed is not None:  # the outputs are written; the exit status says nothing ran
+    failed = outcome.failure_line() or outcome.incomplete_line()
+    if failed is not None:  # the outputs are written; the exit status says what is lacking
         click.echo(f"frontier: {failed}", err=True)
         raise SystemExit(1)
 
@@ -141,6 +141,8 @@ def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float
                          "--no-capacity")
     if not (sized or confidence == "pessimistic" if search is None else search) or not targets:
         return None
+    import os
+
     from simulator.sweep.capacity import config_key, searchable
     from simulator.sweep.store import point_scenario
 
@@ -170,12 +172,12 @@ def _capacity_option(f: Any) -> Any:
               " [default: the sweep scenario's slo:]")
 @click.option("--gpus", type=click.IntRange(min=1), default=None,
               help="GPUs available: the most load within them.")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--rate", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Requests/s to serve: the cheapest config that does.")
 @click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
 @click.option("--runner-ups", type=click.IntRange(min=0), default=5, show_default=True)
 @click.option("--max-quality-drop-pct", "max_quality_drop_pct",
-              type=click.FloatRange(min=0), default=None, metavar="PCT",
+              type=FiniteFloat(min=0), default=None, metavar="PCT",
               help="Only configs whose published quality drop is at most PCT % (configs whose "
                    "quality is unknown are excluded, and counted).")
 @click.option("--json", "as_json", is_flag=True, help="Print the ranking as JSON.")
@@ -240,7 +242,7 @@ def recommend(sweep_dir: str, slo: tuple[str, ...], gpus: int | None, rate: floa
               help=_SLO_HELP + " Ranks like recommend; without one (and no slo: in the "
                                "scenario) the frontier points by throughput per GPU.")
 @click.option("--gpus", type=click.IntRange(min=1), default=None)
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None)
+@click.option("--rate", type=FiniteFloat(min=0, min_open=True), default=None)
 @click.option("--gpu-price", "gpu_price", multiple=True, metavar="GPU=USD", help=_PRICE_HELP)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write a shell script instead of printing.")
@@ -249,13 +251,10 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
                rate: float | None, gpu_price: tuple[str, ...], out_file: str | None,
                capacity: bool | None, confidence: str) -> None:
     """The K best configs as engine launch commands plus matching `vllm bench serve` loads."""
-    from simulator.sweep.capacity import at_rate
     from simulator.sweep.cost import gpu_prices
-    from simulator.sweep.export import bench_command, launch_commands, with_copies
+    from simulator.sweep.export_script import export_script
     from simulator.sweep.frontier import DEFAULT_Y, frontier_rows
-    from simulator.sweep.recommend import describe
     from simulator.sweep.recommend import recommend as rank
-    from simulator.sweep.store import point_scenario
     from simulator.sweep.table import number
 
     prices = gpu_prices(gpu_price)
@@ -279,34 +278,12 @@ def export_cmd(sweep_dir: str, top: int, engine: str, slo: tuple[str, ...], gpus
     if not chosen:
         why = "no point meets the SLO" if targets else "no successful point"
         raise InputError(f"{sweep_dir}: no config to export ({why})")
-    out = [f"#!/usr/bin/env bash\n# frontier export: top {len(chosen)} of {sweep_dir} for "
-           f"{engine} ({how})\n# Each block: launch the engine, then replay the simulated load."]
-    for i, row in enumerate(chosen, start=1):
-        scenario = point_scenario(path, str(row["point_id"]))
-        if scenario is None:
-            raise InputError(f"{path / 'points'}: missing {row['point_id']}.yaml")
-        facts = []
-        for col, label in (("output_tokens_per_s_per_gpu", "tok/s per GPU"),
-                           ("output_tokens_per_s_per_user.p50", "tok/s per user"),
-                           ("ttft_s.p99", "s TTFT p99"), ("tpot_s.p99", "s TPOT p99")):
-            v = number(row, col)
-            if v is not None:
-                facts.append(f"{v:.4g} {label}")
-        out.append(f"\n# {i}. {describe(row, axes)}\n#    predicted: {', '.join(facts)}\n"
-                   f"#    scenario: {path / 'points' / (str(row['point_id']) + '.yaml')}")
-        n = copies.get(str(row["point_id"]), 1)
-        if n > 1:
-            out.append(f"#    {n} copies of this point's deployment (recommend's sizing)")
-            scenario = with_copies(scenario, n)
-        if rate is not None:
-            scenario = at_rate(scenario, rate)
-        out.extend(launch_commands(scenario, engine))
-        out.append("# load (run once the server is up):")
-        out.extend(bench_command(scenario, engine))
-    text = "\n".join(out) + "\n"
-    if out_file:
-        Path(out_file).write_text(text)
-        os.chmod(out_file, 0o755)
+    text = export_script(path, chosen, axes, engine, how, copies, rate)
+    if out_file is not None:
+        from simulator.safeio import refuse_same_file, write_output
+
+        refuse_same_file(out_file, [], "--out")
+        write_output(out_file, text, executable=True)
         click.echo(f"wrote {out_file}")
     else:
         click.echo(text, nl=False)
@@ -337,6 +314,10 @@ def report(target: str, out_file: str | None, overrides: tuple[str, ...], x_axis
     if not path.exists():
         raise InputError(f"report {target!r}: no such sweep folder, scenario file or shipped "
                          "scenario (see `frontier scenarios`)")
+    if out_file is not None:  # an empty name, or the scenario itself, would be replaced
+        from simulator.safeio import refuse_same_file
+
+        refuse_same_file(out_file, [path], "--out")
     if path.is_dir():
         from simulator.report import write_sweep_report
 

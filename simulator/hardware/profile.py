@@ -269,6 +269,9 @@ def profile_dirs(extra: list[Path] | None = None) -> list[Path]:
         dirs.append(Path(__file__).resolve().parents[1] / "_shipped" / "hardware_profiles")
     for part in os.environ.get("FRONTIER_HARDWARE_PATH", "").split(os.pathsep):
         if part:
+            if not Path(part).is_dir():  # a typo would silently drop the user's profiles
+                raise InputError(f"FRONTIER_HARDWARE_PATH: {part}: no such folder (give "
+                                 f"folders of GPU profile YAMLs, separated by '{os.pathsep}')")
             dirs.append(Path(part))
     dirs.extend(extra or [])
     return dirs

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
 PosInt = Annotated[int, Field(ge=1)]
@@ -25,12 +25,22 @@ def _invalid(message: str, kind: str = "invalid_value") -> PydanticCustomError:
     return PydanticCustomError(kind, "{message}", {"message": message})
 
 
+def _list_as_tuple(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+# A YAML list for a tuple field, in strict mode (which takes only a tuple for a tuple).
+AsTuple = BeforeValidator(_list_as_tuple)
+
+
 class _Strict(BaseModel):
     # allow_inf_nan=False: no key means anything at .inf or .nan (rates, lengths, times).
+    # strict: a boolean or a string is no number (`tensor_parallel: true` was taken as 1,
+    # `"4"` as 4); an integer still counts as a float. Tuple fields take a list (AsTuple).
     # defer_build: a schema is built on first validation, not at import (start-up time), and
     # only for the models validated directly (a parent's schema inlines its children's).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
-                              defer_build=True)
+                              defer_build=True, strict=True)
 
 
 class HardwareConfig(_Strict):

@@ -149,10 +149,12 @@ class MoeRouting(_Strict):
 
     # Load of the experts: even, or Zipf-skewed with exponent `s`.
     skew: Literal["uniform", "zipf"] = "uniform"
-    s: Annotated[float, Field(ge=0)] = 1.0  # Zipf exponent: load of the i-th expert ∝ 1/i^s
+    # Zipf exponent: load of the i-th expert ∝ 1/i^s (at 50 the first expert takes all; above,
+    # i^s overflows a float)
+    s: Annotated[float, Field(ge=0, le=50)] = 1.0
     profile: str | None = None  # path to a per-expert load file (CSV/whitespace numbers)
     # Extra copies of the hottest experts (EPLB), spread over the EP ranks.
-    redundant_experts: Annotated[int, Field(ge=0)] = 0
+    redundant_experts: Annotated[int, Field(ge=0, le=100_000)] = 0
 
 
 RankRouter = Literal["round_robin", "least_outstanding", "shortest_expected_latency"]

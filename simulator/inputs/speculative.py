@@ -22,7 +22,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from simulator.errors import InputError
-from simulator.inputs.common import _invalid, _Strict
+from simulator.inputs.common import AsTuple, _invalid, _Strict
 
 SpeculativeMethod = Literal["draft_model", "eagle3", "mtp", "dflash", "dspark", "ngram"]
 WorkloadKind = Literal["chat", "code", "math", "summarization"]
@@ -89,7 +89,7 @@ class SpeculativeConfig(_Strict):
     # mean tokens emitted per verification step, bonus token included: 1 .. k+1
     acceptance_length: float | None = None
     # Probability a drafted token is accepted: one value, or one per draft position.
-    acceptance_rate: Rate | tuple[Rate, ...] | None = None
+    acceptance_rate: Rate | Annotated[tuple[Rate, ...], AsTuple] | None = None
     # A published acceptance figure (speculative_presets.csv) by traffic kind; none of the three
     # given: the one preset for the model and method, if exactly one fits.
     preset: str | None = None

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from simulator.inputs.common import (
+    AsTuple,
     Int32,
     PosFloat,
     PosInt,
@@ -49,7 +50,9 @@ class GammaArrival(_Strict):
     kind: Literal["gamma"] = "gamma"
     # Mean arrivals per second.
     rate_per_s: PosFloat
-    cv: PosFloat  # coefficient of variation of the gaps
+    # coefficient of variation of the gaps; past these bounds the gamma's shape 1/cv^2
+    # underflows or overflows a float (use kind: constant for evenly spaced arrivals)
+    cv: Annotated[float, Field(ge=1e-3, le=1e3)]
 
 
 class ConstantArrival(_Strict):
@@ -180,7 +183,7 @@ class EmpiricalLengths(_Clipped):
 
     kind: Literal["empirical"] = "empirical"
     # Lengths to resample from, inline.
-    values: Annotated[tuple[Tokens, ...], Field(min_length=1)] | None = None
+    values: Annotated[tuple[Tokens, ...], Field(min_length=1), AsTuple] | None = None
     # CSV file to read the lengths from (relative to the scenario file).
     path: Annotated[str, Field(min_length=1)] | None = None
     # Column of that CSV.
@@ -218,9 +221,9 @@ class Priorities(_Strict):
     """Each request draws a priority; lower value is served first (vLLM convention)."""
 
     # The priority values requests draw from.
-    values: Annotated[tuple[Int32, ...], Field(min_length=1)]
+    values: Annotated[tuple[Int32, ...], Field(min_length=1), AsTuple]
     # Relative weight of each value (one per value).
-    weights: Annotated[tuple[PosFloat, ...], Field(min_length=1)]
+    weights: Annotated[tuple[PosFloat, ...], Field(min_length=1), AsTuple]
 
     @field_validator("weights")
     @classmethod

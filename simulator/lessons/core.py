@@ -20,10 +20,10 @@ from simulator.inputs.yamlfile import load_yaml_mapping
 from simulator.report.page import Section, render_page
 from simulator.report.sweep_figures import breakdown_figure, frontier_figure, split_figure
 from simulator.report.sweep_report import load_sweep_dir, spread, step_breakdown
+from simulator.safeio import write_atomic
 from simulator.sweep.cost import gpu_prices
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
 from simulator.sweep.pipeline import run_sweep
-from simulator.sweep.store import write_atomic
 from simulator.sweep.table import Row, number, value_label
 
 QUICK_REQUESTS = 48  # --quick: requests per point (the curves keep their shape, noise grows)

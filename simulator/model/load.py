@@ -37,8 +37,34 @@ def load_architecture(name_or_path: str) -> Architecture:
         name = name_or_path
     try:
         raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"model config {str(path)!r}: cannot read JSON ({exc})") from None
+    except RecursionError:
+        raise ModelError(f"model config {str(path)!r}: cannot read JSON (nested too "
+                         f"deeply)") from None
     if not isinstance(raw, dict):
         raise ModelError(f"model config {str(path)!r}: top level must be a JSON object")
+    _check_numbers(raw, str(path))
     return parse_hf_config(raw, name)
+
+
+# Past 2^53 a float no longer holds every integer; no size, count or constant of a real model
+# comes near it, and beyond ~1e308 one becomes infinite (JSON's 1e400 reads as inf).
+MAX_CONFIG_NUMBER = 2.0**53
+
+
+def _check_numbers(raw: dict[str, object], source: str) -> None:
+    """Refuse a number no model has (infinite, NaN, or past MAX_CONFIG_NUMBER) anywhere in the
+    config, naming its key, before the arithmetic on it overflows."""
+    stack: list[tuple[str, object]] = [(k, v) for k, v in raw.items()]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{key}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not (
+                abs(value) <= MAX_CONFIG_NUMBER):  # also true for NaN
+            shown = "a number too large to print" if isinstance(value, int) else repr(value)
+            raise ModelError(f"model config {source!r}: {key}: {shown} is beyond any real "
+                             f"model (at most {MAX_CONFIG_NUMBER:.0f} in magnitude)")

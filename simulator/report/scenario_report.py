@@ -14,7 +14,7 @@ from plotly.subplots import make_subplots
 
 from simulator.report.page import Section, facts_table, render_page
 from simulator.report.sweep_figures import BREAKDOWN_PARTS, PALETTE
-from simulator.sweep.store import write_atomic
+from simulator.safeio import write_atomic
 
 MAX_POINTS_PER_TRACE = 4000
 MAX_REPLICAS_SHOWN = 4

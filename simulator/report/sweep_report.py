@@ -18,8 +18,8 @@ from simulator.report.sweep_figures import (
     latency_figure,
     split_figure,
 )
+from simulator.safeio import write_atomic
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
-from simulator.sweep.store import write_atomic
 from simulator.sweep.table import Row, read_csv, swept_columns, value_label
 
 MAX_BREAKDOWN_POINTS = 6

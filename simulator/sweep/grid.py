@@ -11,9 +11,11 @@ the store and in `points/<key>.yaml`.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,9 +81,51 @@ class Expansion:
 
 
 def point_key(scenario: Mapping[str, Any]) -> str:
-    """Stable 16-hex-digit hash of a full scenario dict."""
+    """Stable 16-hex-digit hash of a full scenario dict and of the content of every file it
+    names (a model config.json, a trace, a length file): a file edited between a sweep and its
+    `--resume` gives its points new keys, so they run again instead of reusing stale results."""
     text = json.dumps(scenario, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    files = {p: file_digest(p) for p in referenced_files(scenario)}
+    if files:  # a scenario naming no file keeps the key it always had
+        text += json.dumps(files, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def referenced_files(scenario: Mapping[str, Any]) -> list[str]:
+    """The paths of the files a scenario reads besides itself (absolute in a sweep's points)."""
+    found = []
+    model = scenario.get("model")
+    if isinstance(model, str) and (model.endswith(".json") or os.sep in model):
+        found.append(model)
+    workload = scenario.get("workload")
+    if isinstance(workload, Mapping):
+        for name in ("arrival", "input_tokens", "output_tokens"):
+            part = workload.get(name)
+            if isinstance(part, Mapping) and isinstance(part.get("path"), str):
+                found.append(part["path"])
+    return found
+
+
+def file_digest(path: str) -> str:
+    """sha256 of a file's content ("missing" when it cannot be read), hashed once per version
+    of the file (its size, inode and modification time), however many points name it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    return _digest(path, st.st_size, st.st_ino, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=256)
+def _digest(path: str, size: int, inode: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return "missing"
+    return h.hexdigest()
 
 
 def _values_list(where: str, raw: Any) -> list[Any]:

@@ -40,7 +40,7 @@ def hf_repo_id(model: str) -> str:
 
 def _join(args: list[str]) -> str:
     """Shell command over several lines, two flag/value pairs per line at most."""
-    out, line = [], [args[0]]
+    out, line = [], [shlex.quote(args[0])]
     for a in args[1:]:
         if a.startswith("--") and len(" ".join(line)) > 60:
             out.append(" ".join(line))

@@ -24,6 +24,7 @@ import yaml
 from simulator.calibration.host_costs import HostCosts, calibrated
 from simulator.errors import InputError
 from simulator.progress import Progress
+from simulator.safeio import OutputError, make_folder, refuse_link, write_atomic
 from simulator.sweep import screen as screen_mod
 from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
 from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep, point_key
@@ -40,16 +41,19 @@ from simulator.sweep.runners import (
 )
 from simulator.sweep.slo import slo_failures, slo_from_scenario
 from simulator.sweep.store import (
+    LOCK_NAME,
     STORE_NAME,
     Record,
     ResultStore,
     StoreExistsError,
     SweepBusyError,
-    write_atomic,
 )
 from simulator.sweep.table import Row, build_rows, columns_of, write_csv
 
 MANIFEST = "sweep.json"
+# Every file and folder a sweep writes in its --out (report.html by the report layer).
+OUTPUT_NAMES = (LOCK_NAME, STORE_NAME, "results.csv", "frontier.csv", MANIFEST, "report.html",
+                "points")
 _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
@@ -74,6 +78,8 @@ class SweepOutcome:
     screen_s: float = 0.0  # wall time of the screen (estimates and the plan)
     frontier_slo: dict[str, float] = field(default_factory=dict)  # frontier within this SLO
     simulated_total: int = 0  # points of the grid simulated, this run and stored ones
+    crashed_total: int = 0  # points of the grid whose record is a crash, this run and stored
+    missing: int = 0  # points of the grid without any record (none, unless a bug lost one)
 
     def failure_line(self) -> str | None:
         """Why the sweep produced nothing (every point refused or crashed), else None."""
@@ -82,6 +88,14 @@ class SweepOutcome:
         return (f"no point of the sweep simulated ({self.refused} refused by the engine, "
                 f"{self.crashed} crashed, {self.grid_size - self.runnable} dropped before "
                 f"running); the reasons are above and in {self.out_dir / 'results.csv'}")
+
+    def incomplete_line(self) -> str | None:
+        """Why the sweep is not complete (points crashed or have no row), else None."""
+        if not (self.crashed_total or self.missing):
+            return None
+        missing = f", {self.missing} without a row" if self.missing else ""
+        return (f"{self.crashed_total} point(s) crashed{missing} (see point_error in "
+                f"{self.out_dir / 'results.csv'}); rerun with --resume to retry them")
 
     def screen_lines(self) -> list[str]:
         if not self.screened and not self.screen_s:
@@ -121,10 +135,13 @@ class SweepOutcome:
 
 
 def write_point_files(points_dir: Path, points: list[Point]) -> None:
-    """points/<key>.yaml for every point not yet written (the content never changes)."""
-    points_dir.mkdir(parents=True, exist_ok=True)
+    """points/<key>.yaml for every point not yet written (the content never changes); a link
+    in the place of the folder or of a point file is refused, never written through."""
+    refuse_link(points_dir)
+    make_folder(points_dir)
     for p in points:
         path = points_dir / f"{p.key}.yaml"
+        refuse_link(path)
         if not path.is_file() or path.stat().st_size == 0:
             text = yaml.dump(p.scenario, Dumper=_Dumper, sort_keys=False)
             write_atomic(path, f"# sweep point {p.key}: frontier simulate {path.name}\n{text}",
@@ -171,6 +188,8 @@ def run_sweep(
     SLO (the frontier is then the one among points within the SLO); `screen_only` (for the
     benchmark) stops after the screen. `host_costs` (a calibration overlay's, by engine style)
     are given to every point's engine that sets no overhead of its own."""
+    if not str(out_dir).strip():  # Path("") is the current folder: never meant
+        raise InputError("--out '': give a folder for the sweep's outputs")
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: choose local or ray")
     if backend == "ray" and not ray_available():
@@ -193,7 +212,14 @@ def run_sweep(
                          prices or {}, x, y, progress_stream, evaluate, skip_bad_rows, opts)
     except (SweepBusyError, StoreExistsError):
         raise
-    except OSError as exc:  # a full disk, a read-only folder: the stored points stay
+    except OutputError as exc:  # a full disk, a read-only folder: the stored points stay
+        if exc.link:
+            raise
+        raise InputError(
+            f"{out}: cannot write the sweep ({exc.reason}: {exc.path}); every point "
+            f"finished so far is kept in {STORE_NAME}: fix that and rerun with --resume"
+        ) from None
+    except OSError as exc:
         what = exc.strerror or type(exc).__name__
         where = f" {exc.filename}" if exc.filename else ""
         raise InputError(
@@ -221,8 +247,13 @@ def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, wo
               x: Axis, y: Axis, progress_stream: IO[str] | None, evaluate: Evaluate,
               skip_bad_rows: bool, opts: _Screen = _Screen()) -> SweepOutcome:
     """Run the points still to do into `out` under its lock, then write the outputs."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
+    for name in OUTPUT_NAMES:  # refused before any point runs, not after the last one
+        refuse_link(out / name)
     with ResultStore(out / STORE_NAME, resume=resume, fresh=fresh) as store:
+        if not fresh:
+            check_same_sweep(out, spec)
+        write_atomic(out / MANIFEST, json.dumps(manifest_of(spec, expansion), indent=2) + "\n")
         notes = []
         if store.torn_bytes:
             notes.append(f"store: ignored a torn last line ({store.torn_bytes} bytes) from an "
@@ -283,26 +314,55 @@ def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[
     write_csv(out / "frontier.csv", front, columns)
     outcome.frontier = front
     outcome.simulated_total = sum(r.get("point_status") == "ok" for r in rows)
+    outcome.crashed_total = sum(r.get("point_status") == "error" for r in rows)
+    outcome.missing = len(points) - len(rows)
     outcome.dropped, outcome.examples = _merge_drops(expansion, points, records)
     outcome.screened = Counter(str(r.get("reason")) for r in records.values()
                                if r["point_status"] == screen_mod.STATUS)
-    manifest = {
-        "source": spec.source,
-        "axes": spec.axes,
-        "grid_size": expansion.total,
-        "points": len(points),
-        "dropped": dict(outcome.dropped),
-        "drop_examples": outcome.examples,
-        "screened": dict(outcome.screened),
-        "frontier_within_slo": dict(outcome.frontier_slo),
-        "x": {"column": outcome.x.column, "maximize": outcome.x.maximize,
-              "label": outcome.x.label},
-        "y": {"column": outcome.y.column, "maximize": outcome.y.maximize,
-              "label": outcome.y.label},
-    }
+    manifest = manifest_of(spec, expansion, outcome)
     write_atomic(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     outcome.written = [str(out / "results.csv"), str(out / "frontier.csv")]
     outcome.written.append(f"{out / 'points'}/ ({len(points)} scenarios)")
+
+
+def manifest_of(spec: SweepSpec, expansion: Expansion,
+                outcome: SweepOutcome | None = None) -> dict[str, Any]:
+    """sweep.json: what the other commands need. Written when a sweep starts (so a later
+    --resume knows which sweep file the folder holds) and again, whole, when it ends."""
+    x = outcome.x if outcome else DEFAULT_X
+    y = outcome.y if outcome else DEFAULT_Y
+    dropped = outcome.dropped if outcome else expansion.dropped
+    return {
+        "source": spec.source,
+        "source_path": _source_path(spec),
+        "axes": spec.axes,
+        "grid_size": expansion.total,
+        "points": len(expansion.points),
+        "dropped": dict(dropped),
+        "drop_examples": outcome.examples if outcome else dict(expansion.examples),
+        "screened": dict(outcome.screened) if outcome else {},
+        "frontier_within_slo": dict(outcome.frontier_slo) if outcome else {},
+        "x": {"column": x.column, "maximize": x.maximize, "label": x.label},
+        "y": {"column": y.column, "maximize": y.maximize, "label": y.label},
+    }
+
+
+def _source_path(spec: SweepSpec) -> str | None:
+    """The sweep file's absolute path (None for a sweep given as a mapping)."""
+    return str(Path(spec.source).resolve()) if spec.base_dir is not None else None
+
+
+def check_same_sweep(out: Path, spec: SweepSpec) -> None:
+    """Refuse to run one sweep file into a folder that holds another's points: its results.csv
+    would be replaced by the new grid's and the old points mixed into the store."""
+    try:
+        held = json.loads((out / MANIFEST).read_text()).get("source_path")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return  # no manifest yet (or not ours): nothing to compare
+    new = _source_path(spec)
+    if isinstance(held, str) and new is not None and held != new:
+        raise InputError(f"{out}: holds the sweep of {held}; running {new} into it would mix "
+                         f"two sweeps (choose another --out, or --fresh to discard the old one)")
 
 
 def _screen(store: ResultStore, tasks: list[Task], workers: int, x: Axis, y: Axis,

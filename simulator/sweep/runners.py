@@ -4,16 +4,21 @@ Both backends run `evaluate_point` on each task and hand every record to a callb
 parent (which stores it durably) as soon as it is ready; neither writes files from a worker.
 A point that the engine refuses (the model does not fit, TP does not divide the heads) comes
 back `dropped` with its reason; a point that crashes comes back `error` with the exception,
-and the sweep goes on.
+and the sweep goes on. A worker process that dies (killed, as the out-of-memory killer does)
+breaks the local pool: the points it had in flight come back `error` (`--resume` retries
+them) and the rest run on a fresh pool, so no point is ever left without a record. A worker
+whose parent dies exits on its own (`_watch_parent`) instead of living on as an orphan.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,40 +92,68 @@ def _crash_record(task: Task, exc: BaseException) -> Record:
     return make_record(task.key, task.values, "error", error=_describe_crash(exc))
 
 
+WORKER_DIED = "worker process died (killed, e.g. by the out-of-memory killer)"
+_PARENT_POLL_S = 0.5
+
+
+def _watch_parent() -> None:
+    """Pool initializer: end this worker when the process that started it is gone (killed by
+    SIGKILL or SIGTERM, it cannot shut its pool down), instead of living on as an orphan."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="frontier-parent-watch", daemon=True).start()
+
+
 def run_local(tasks: Sequence[Task], workers: int, on_record: OnRecord,
               evaluate: Evaluate = evaluate_point) -> None:
-    """Run tasks on a pool of `workers` processes; records reach `on_record` as they finish."""
+    """Run tasks on a pool of `workers` processes; records reach `on_record` as they finish,
+    one per task whatever happens to the workers."""
     if not tasks:
         return
     workers = max(1, min(workers, len(tasks)))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        # Keep a bounded window in flight so a huge sweep does not queue every task at once.
-        window = workers * 4
-        it = iter(tasks)
+    queue = deque(tasks)
+    while queue:
+        if not _run_pool(queue, workers, on_record, evaluate) and queue:
+            # A pool that broke before giving any record: count the next point as crashed,
+            # so a point that kills every worker at once cannot stall the sweep.
+            on_record(_crash_record(queue.popleft(), RuntimeError(WORKER_DIED)))
+
+
+def _run_pool(queue: deque[Task], workers: int, on_record: OnRecord, evaluate: Evaluate) -> int:
+    """Run tasks from `queue` on one pool until it is empty or the pool breaks (the tasks in
+    flight are then recorded as crashed; the rest stay queued). Returns the records given."""
+    given = 0
+    with ProcessPoolExecutor(max_workers=workers, initializer=_watch_parent) as pool:
+        window = workers * 4  # a bounded window in flight: a huge sweep is not queued at once
         pending: dict[Future[Record], Task] = {}
-
-        def top_up() -> None:
-            while len(pending) < window:
-                task = next(it, None)
-                if task is None:
-                    return
-                pending[pool.submit(evaluate, task)] = task
-
-        top_up()
-        while pending:
+        broken = False
+        while True:
+            while not broken and queue and len(pending) < window:
+                task = queue.popleft()
+                try:
+                    pending[pool.submit(evaluate, task)] = task
+                except BrokenExecutor:  # a worker died: this task waits for a fresh pool
+                    queue.appendleft(task)
+                    broken = True
+            if not pending:
+                return given
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 task = pending.pop(fut)
                 try:
                     rec = fut.result()
-                except Exception as exc:  # the worker process died (BrokenProcessPool)
+                except BrokenExecutor:
+                    broken = True
+                    rec = _crash_record(task, RuntimeError(WORKER_DIED))
+                except Exception as exc:  # e.g. a result that cannot be pickled back
                     rec = _crash_record(task, exc)
                 on_record(rec)
-            try:
-                top_up()
-            except RuntimeError:  # the pool broke: record what is left as crashed
-                for task in it:
-                    on_record(_crash_record(task, RuntimeError("worker pool broken")))
+                given += 1
 
 
 def ray_available() -> bool:

@@ -8,11 +8,15 @@ is ignored and cut off when the store is reopened. `--resume` skips every key al
 
 One sweep at a time writes a folder: the store holds an exclusive `flock` on `DIR/sweep.lock`
 while it is open (the kernel releases it when the process dies, even by SIGKILL), and a second
-sweep on the same `--out` is refused with one line naming the holder's pid.
+sweep on the same `--out` is refused with one line naming the holder's pid. Only the process
+that took the lock holds it: a forked child (a pool worker) closes its copy at once, so a
+worker that outlives a killed parent never blocks `--resume`. Every file is opened without
+following a link in its place (simulator/safeio.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -22,6 +26,11 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 import yaml
+
+from simulator.safeio import cannot_write, open_output, refuse_link, write_atomic
+
+__all__ = ["Record", "ResultStore", "StoreExistsError", "SweepBusyError", "make_record",
+           "point_scenario", "write_atomic"]
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 STORE_NAME = "store.jsonl"
@@ -60,9 +69,25 @@ class SweepBusyError(ValueError):
     """Another live process holds the folder's lock."""
 
 
+# Descriptors of the folder locks this process holds. A forked child closes its copies at once
+# (closing a copy does not release the lock: the parent's descriptor still holds it), so the
+# lock lives and dies with the process that took it, whatever happens to its workers.
+_HELD_LOCKS: set[int] = set()
+
+
+def _drop_inherited_locks() -> None:
+    for fd in _HELD_LOCKS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 def _lock_folder(folder: Path) -> int:
     """An exclusive, non-blocking lock on `folder/sweep.lock`; the descriptor holds it."""
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_output(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -72,9 +97,32 @@ def _lock_folder(folder: Path) -> int:
             f"{folder}: another sweep (pid {holder}) is writing to this folder; wait for it "
             f"to finish or choose another --out"
         ) from None
+    _HELD_LOCKS.add(fd)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+def _unlock_folder(fd: int) -> None:
+    _HELD_LOCKS.discard(fd)
+    os.close(fd)  # releases the folder's lock
+
+
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "key": str, "point_status": str, "values": dict, "result": (dict, type(None)),
+    "reason": (str, type(None)), "error": (str, type(None)), "wall_s": (int, float)}
+_DEFAULTS: dict[str, Any] = {"result": None, "reason": None, "error": None, "wall_s": 0.0}
+
+
+def _as_record(rec: Any) -> Record | None:
+    """A decoded store line as a Record, or None when a field is missing or of the wrong type
+    (a line written by another program, or edited): such a line is skipped and counted."""
+    if not isinstance(rec, dict):
+        return None
+    full = {**_DEFAULTS, **rec}
+    if any(not isinstance(full.get(k), t) for k, t in _FIELDS.items()):
+        return None
+    return full  # type: ignore[return-value]
 
 
 class ResultStore:
@@ -89,43 +137,52 @@ class ResultStore:
         try:
             self._open(resume, fresh)
         except BaseException:
-            os.close(self._lock_fd)
+            _unlock_folder(self._lock_fd)
             raise
 
     def _open(self, resume: bool, fresh: bool) -> None:
         path = self.path
-        if path.exists() and path.stat().st_size > 0 and not (resume or fresh):
+        refuse_link(path)
+        size = path.stat().st_size if path.exists() else 0
+        if size > 0 and not (resume or fresh):
             raise StoreExistsError(
                 f"{path.parent} already holds a sweep ({path.name}); pass --resume to continue "
                 f"it or --fresh to start over"
             )
         if fresh and path.exists():
             path.unlink()
-        if path.exists():
+        fd = open_output(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        self._fh = os.fdopen(fd, "r+b")
+        try:
             self._load()
-        self._fh = open(path, "ab")  # noqa: SIM115 - kept open for the whole sweep
+        except OSError as exc:
+            self._fh.close()
+            raise cannot_write(path, exc) from None
+        except BaseException:
+            self._fh.close()
+            raise
 
     def _load(self) -> None:
-        data = self.path.read_bytes()
+        fd = self._fh.fileno()
+        data = b""
+        while chunk := os.pread(fd, 1 << 20, len(data)):
+            data += chunk
         end = data.rfind(b"\n") + 1  # everything after the last newline is a torn write
         if end < len(data):
             self.torn_bytes = len(data) - end
-            with open(self.path, "r+b") as fh:
-                fh.truncate(end)
-                fh.flush()
-                os.fsync(fh.fileno())
+            os.ftruncate(fd, end)
+            os.fsync(fd)
         for line in data[:end].splitlines():
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
+                rec = _as_record(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                rec = None
+            if rec is None:
                 self.bad_lines += 1
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("key"), str):
-                self._records[rec["key"]] = rec  # type: ignore[assignment]
             else:
-                self.bad_lines += 1
+                self._records[rec["key"]] = rec
 
     def records(self) -> dict[str, Record]:
         """The last record of every stored key."""
@@ -151,36 +208,20 @@ class ResultStore:
             self._fh.flush()
             os.fsync(self._fh.fileno())
         except OSError as exc:  # e.g. ENOSPC: say which file could not be written
-            exc.filename = exc.filename or str(self.path)
-            raise
+            raise cannot_write(self.path, exc) from None
         for r in batch:
             self._records[r["key"]] = r
 
     def close(self) -> None:
         if not self._fh.closed:
             self._fh.close()
-            os.close(self._lock_fd)  # releases the folder's lock
+            _unlock_folder(self._lock_fd)
 
     def __enter__(self) -> ResultStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def write_atomic(path: Path, text: str | Iterable[str], *, durable: bool = True) -> None:
-    """Write a file so that readers see the old or the new content, never a mix; `durable`
-    also forces it to disk before the rename (a power cut cannot leave it empty)."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="") as fh:
-        if isinstance(text, str):
-            fh.write(text)
-        else:
-            fh.writelines(text)
-        fh.flush()
-        if durable:
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from simulator.safeio import write_atomic
 from simulator.sweep.cost import (
     energy_j_per_output_token,
     mean_board_power_w,
@@ -24,7 +25,7 @@ from simulator.sweep.cost import (
     usd_per_million_output_tokens,
 )
 from simulator.sweep.grid import Point
-from simulator.sweep.store import Record, write_atomic
+from simulator.sweep.store import Record
 
 Row = dict[str, Any]
 ID_COLUMNS = ("point_id", "point_status", "point_error")

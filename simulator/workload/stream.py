@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from simulator.errors import InputError
 from simulator.inputs.scenario import (
     MAX_TOKENS,
     ClosedLoopArrival,
@@ -171,7 +172,25 @@ def sample_arrivals(spec: ArrivalSpec, n: int, rng: np.random.Generator) -> Floa
     sampler = ARRIVAL_SAMPLERS.get(spec.kind)
     if sampler is None:
         raise ValueError(f"arrival kind {spec.kind!r} is not sampled; traces use read_trace")
-    return sampler(spec, n, rng)
+    with np.errstate(over="ignore"):  # an overflow to inf is refused by check_horizon
+        return sampler(spec, n, rng)
+
+
+# Arrivals past this many seconds (~32 years) are refused: the clock is a float, and at larger
+# times a step's microseconds would vanish into it (or the arrivals overflow to infinity and
+# the requests never arrive), giving a run that "completes" with wrong figures.
+HORIZON_S = 1e9
+
+
+def check_horizon(arrival_s: FloatArray) -> None:
+    """Refuse a stream to simulate whose arrivals pass HORIZON_S (the closed-form estimate
+    needs no clock and takes any rate)."""
+    timed = arrival_s[~np.isnan(arrival_s)]
+    if timed.size and not float(timed.max()) <= HORIZON_S:  # also refuses infinity
+        raise InputError(
+            f"workload.arrival: the requests arrive over {float(timed.max()):.3g} s, past the "
+            f"simulated clock's horizon of {HORIZON_S:.0e} s; raise the rate (or lower the "
+            f"trace's time_scale)")
 
 
 # --------------------------------------------------------------------------------- stream
