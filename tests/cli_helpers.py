@@ -17,3 +17,13 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         code = 0 if exc.code is None else int(exc.code)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+# A scenario of five short requests: the smallest input the edge and bound tests start from.
+TINY_SCENARIO = {
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm"},
+    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 4.0},
+                 "input_tokens": {"kind": "fixed", "value": 100},
+                 "output_tokens": {"kind": "fixed", "value": 10}, "num_requests": 5},
+}

@@ -15,14 +15,9 @@ from test_fuzz import run_cli
 
 from simulator.model.load import CATALOG_DIR
 from simulator.sweep import run_sweep
+from tests.cli_helpers import TINY_SCENARIO
 
-SCENARIO = {
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 4.0},
-                 "input_tokens": {"kind": "fixed", "value": 100},
-                 "output_tokens": {"kind": "fixed", "value": 10}, "num_requests": 5},
-}
+SCENARIO = TINY_SCENARIO
 
 
 def _one_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:

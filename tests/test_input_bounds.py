@@ -17,14 +17,9 @@ from simulator.errors import InputError
 from simulator.sweep import load_sweep, run_sweep
 from simulator.sweep.grid import MAX_GRID_POINTS
 from simulator.yamlsafe import MAX_EXPANDED_NODES, YAMLBombError, safe_load_bounded
+from tests.cli_helpers import TINY_SCENARIO
 
-SCENARIO = {
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 4.0},
-                 "input_tokens": {"kind": "fixed", "value": 100},
-                 "output_tokens": {"kind": "fixed", "value": 10}, "num_requests": 5},
-}
+SCENARIO = TINY_SCENARIO
 
 
 def laughs(levels: int = 9, key: str = "lol") -> str:
