@@ -112,6 +112,23 @@ def test_unknown_key_names_its_path(tmp_path: Path) -> None:
         load_profile_file(_write(tmp_path, "h100-sxm", raw))
 
 
+@pytest.mark.parametrize(("block", "key", "value"), [
+    ("compute", "sm_count", True),
+    ("memory", "hbm_gb", "80"),
+    ("efficiency", "hbm_bandwidth_fraction", "0.8"),
+    ("gemm_classes", "dense", {"compute_fraction": {"bf16": True}, "tile_fixed_us": 2.2,
+                               "hbm_fraction": 0.8}),
+])
+def test_a_boolean_or_a_string_is_no_number(tmp_path: Path, block: str, key: str,
+                                            value: object) -> None:
+    """A profile is as strict as a scenario (issue 34): `sm_count: true` was read as 1 and
+    `hbm_gb: "80"` as 80; now each is one error naming its key."""
+    raw = _raw("h100-sxm")
+    raw[block][key] = value
+    with pytest.raises(InputError, match=rf"{block}\.{key}"):
+        load_profile_file(_write(tmp_path, "h100-sxm", raw))
+
+
 def test_negative_bandwidth_names_its_path(tmp_path: Path) -> None:
     raw = _raw("h100-sxm")
     raw["memory"]["hbm_tb_per_s"] = -3.35

@@ -15,23 +15,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from simulator.hardware.gemm_classes import kernel_classes_off, log_interp
+from simulator.hardware.spec_base import StrictSpec
 
 Fraction1 = Annotated[float, Field(gt=0, le=1)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class MLADecodeSpec(_Strict):
+class MLADecodeSpec(StrictSpec):
     compute_fraction: Fraction1  # of the BF16 peak
     hbm_fraction: Fraction1
 
 
-class AttentionClassesSpec(_Strict):
+class AttentionClassesSpec(StrictSpec):
     # Prefill throughput relative to head dim 128 (the efficiency block's figure), by the
     # query-key head dim, log-linear between points, flat beyond the ends.
     prefill_head_dims: list[Annotated[int, Field(gt=0)]]

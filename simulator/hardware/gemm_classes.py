@@ -17,7 +17,9 @@ import os
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from simulator.hardware.spec_base import StrictSpec
 
 Fraction1 = Annotated[float, Field(gt=0, le=1)]
 NonNegative = Annotated[float, Field(ge=0)]
@@ -61,11 +63,9 @@ def log_interp(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:
     return ys[i - 1] + t * (ys[i] - ys[i - 1])
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class TiledClassSpec(_Strict):
+class TiledClassSpec(StrictSpec):
     """A tiled tensor-core GEMM kernel: main-loop fraction of peak, fixed time per tile, and
     the fraction of HBM bandwidth it streams at when memory-bound."""
 
@@ -78,7 +78,7 @@ class TiledClassSpec(_Strict):
     split_k: bool = True
 
 
-class WeightOnlySpec(_Strict):
+class WeightOnlySpec(StrictSpec):
     """Weight-only kernels (4-bit weights, wider activations): the MMA runs at the activation
     format through the dense class; dequantizing the weights in the main loop lowers the rate
     at which the packed weights stream."""
@@ -92,7 +92,7 @@ class WeightOnlySpec(_Strict):
     tile_m: Annotated[int, Field(gt=0)] | None = None
 
 
-class GroupedSpec(_Strict):
+class GroupedSpec(StrictSpec):
     """Grouped MoE expert GEMMs: a multiplier on the format class's compute fraction by rows
     per expert, interpolated in log2(rows) between the points, flat beyond the ends."""
 
@@ -116,7 +116,7 @@ class GroupedSpec(_Strict):
         return self
 
 
-class GemmClassesSpec(_Strict):
+class GemmClassesSpec(StrictSpec):
     dense: TiledClassSpec
     grouped: GroupedSpec
     weight_only: WeightOnlySpec

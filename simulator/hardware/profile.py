@@ -16,7 +16,6 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -37,6 +36,7 @@ from simulator.hardware.gemm_classes import (
     to_gemm_classes,
 )
 from simulator.hardware.provenance import Provenance, check_keys, schema_paths
+from simulator.hardware.spec_base import StrictSpec
 from simulator.yamlsafe import safe_load_bounded
 
 Positive = Annotated[float, Field(gt=0)]
@@ -45,47 +45,44 @@ Fraction = Annotated[float, Field(gt=0, le=1.2)]
 TensorFormat = Literal["fp64", "tf32", "bf16", "fp16", "fp8", "int8", "fp4"]
 
 
-class _Strict(BaseModel):
-    # defer_build: each schema is built on first validation, not at import (start-up time)
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
-class ComputeSpec(_Strict):
+class ComputeSpec(StrictSpec):
     dense_tflops: dict[TensorFormat, Positive]  # dense (not 2:4 sparse) tensor-core peaks
     sm_count: Annotated[int, Field(gt=0)]
     source: str
 
 
-class MemorySpec(_Strict):
+class MemorySpec(StrictSpec):
     hbm_gb: Positive  # decimal GB, as datasheets print it
     hbm_tb_per_s: Positive
     l2_mb: Positive
     source: str
 
 
-class ScaleUpSpec(_Strict):
+class ScaleUpSpec(StrictSpec):
     interconnect: str  # e.g. "NVLink 4"
     gb_per_s_per_direction: Positive  # per GPU, one direction
     domain_size: Annotated[int, Field(gt=0)]  # GPUs that share the NVLink domain
     source: str
 
 
-class ScaleOutSpec(_Strict):
+class ScaleOutSpec(StrictSpec):
     gbit_per_s_per_gpu: Positive  # NIC line rate per GPU
     source: str
 
 
-class PowerSpec(_Strict):
+class PowerSpec(StrictSpec):
     board_w: Positive
     source: str
 
 
-class PriceSpec(_Strict):
+class PriceSpec(StrictSpec):
     usd_per_gpu_hour: Positive
     source: str
 
 
-class EfficiencySpec(_Strict):
+class EfficiencySpec(StrictSpec):
     """Measured fractions of peak and fixed costs; each says in the YAML where it came from."""
 
     gemm_compute_fraction: Fraction  # large, well-shaped GEMM, fraction of dense peak
@@ -106,7 +103,7 @@ class EfficiencySpec(_Strict):
     source: str
 
 
-class KernelSpec(_Strict):
+class KernelSpec(StrictSpec):
     """Output-tile shapes of the tensor-core GEMM kernels serving engines run on this chip."""
 
     gemm_tile_m_small: Annotated[int, Field(gt=0)]  # CTA tile M for skinny (decode) GEMMs
@@ -116,7 +113,7 @@ class KernelSpec(_Strict):
     source: str
 
 
-class HardwareFile(_Strict):
+class HardwareFile(StrictSpec):
     schema_version: Literal[1] = 1
     name: str
     description: str

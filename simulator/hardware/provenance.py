@@ -16,7 +16,9 @@ from collections.abc import Iterable, Mapping
 from difflib import get_close_matches
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from simulator.hardware.spec_base import StrictSpec
 
 # datasheet: a published specification taken as printed; kernel-fit: fitted to kernel or
 # microbenchmark measurements; silicon-fit: fitted to measured runs of a whole serving system;
@@ -27,21 +29,19 @@ FITTED: frozenset[str] = frozenset({"kernel-fit", "silicon-fit"})
 Text = Annotated[str, Field(min_length=1)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
-class FitSource(_Strict):
+class FitSource(StrictSpec):
     """One body of data a value was fitted to: a file of the shared reference set
     ("reference/kernel_microbenchmarks.csv", rows written "gpu | benchmark | size") or a named
     published source (a repository, paper or artifact), with the rows, files or figures of it
     that the fit used (empty: all of it)."""
 
     source: Text
-    rows: list[Text] = []
+    rows: list[Text] = Field(default_factory=list)
 
 
-class ProvenanceEntry(_Strict):
+class ProvenanceEntry(StrictSpec):
     status: Status
     fitted_to: list[FitSource] | None = None
     note: Text  # where the number comes from, in a sentence (the arithmetic stays in comments)
