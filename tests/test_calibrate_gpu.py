@@ -149,18 +149,35 @@ def test_a_bad_gpu_value_is_one_line_exit_2(overlay_path: Path, tmp_path: Path, 
         assert expected in err and "b200" in err, err
 
 
-def test_sweep_refuses_gpu_factors_in_one_line(overlay_path: Path, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """A sweep's points carry only scenarios: an overlay with GPU factors is refused rather
-    than applied in part."""
+def test_sweep_runs_every_point_on_the_calibrated_profile(overlay_path: Path,
+                                                          tmp_path: Path) -> None:
+    """`sweep --calibration` with GPU factors: every point runs on the calibrated B200 profile
+    (TPOT equal, exactly, to `simulate --calibration` of the same point, and lower than the
+    plain sweep's), its key differs from the plain point's (a store never mixes the two), and
+    the first line says which factors moved."""
+    from simulator.sweep.table import read_csv
+
     spec = yaml.safe_load(_scenario(tmp_path).read_text())
-    spec["sweep"] = {"deployment.tensor_parallel": [1, 2]}
+    spec["sweep"] = {"deployment.tensor_parallel": [2, 4]}
     sweep_file = tmp_path / "sw.yaml"
     sweep_file.write_text(yaml.safe_dump(spec))
-    _fails(["sweep", str(sweep_file), "--out", str(tmp_path / "o"), "--no-report",
-            "--calibration", str(overlay_path)])
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and "--fit host" in err, err
+    runner = CliRunner()
+    plain = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "p"),
+                                "--no-report"])
+    cal = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "c"),
+                              "--no-report", "--calibration", str(overlay_path)])
+    assert plain.exit_code == cal.exit_code == 0, cal.output
+    assert f"b200 {FP4_KEY} 0.55 -> 0.7" in cal.output.splitlines()[0]
+    _, rows_p = read_csv(tmp_path / "p" / "results.csv")
+    _, rows_c = read_csv(tmp_path / "c" / "results.csv")
+    for rp, rc in zip(rows_p, rows_c, strict=True):
+        assert rp["point_id"] != rc["point_id"]
+        assert rc["tpot_s.p50"] < 0.95 * rp["tpot_s.p50"]
+        one = runner.invoke(cli, ["simulate", str(tmp_path / "c" / "points" /
+                                                  f"{rc['point_id']}.yaml"), "--json",
+                                  "--calibration", str(overlay_path)])
+        got = json.loads(one.output[one.output.index("{"):])
+        assert got["tpot_s"]["p50"] == pytest.approx(rc["tpot_s.p50"], rel=1e-12)
 
 
 def test_the_fit_predicts_what_the_calibrated_profile_makes_estimate_predict(

@@ -1,8 +1,8 @@
-"""`--calibration FILE` (or FRONTIER_CALIBRATION) of `simulate`, `estimate`, `sweep` and
-`lesson`: read a CALIBRATION.yaml overlay and give a scenario's deployment (each pool of a
+"""`--calibration FILE` (or FRONTIER_CALIBRATION) of `simulate`, `estimate`, `explain`, `sweep`
+and `lesson`: read a CALIBRATION.yaml overlay and give a scenario's deployment (each pool of a
 disaggregated one) without an explicit `overhead` the overlay's host costs for its engine style
-(calibration/host_costs.py), and, in `simulate` and `estimate`, the GPU profiles it calibrates
-(calibration/applied.py: one rule turns an overlay into what a run uses)."""
+(calibration/host_costs.py), and every run the GPU profiles it calibrates (calibration/
+applied.py: one rule turns an overlay into what a run uses)."""
 
 from __future__ import annotations
 
@@ -50,21 +50,6 @@ def calibration_applied(path: str) -> Applied:
         return applied(overlay)
     except InputError as exc:
         raise InputError(one_line(f"{path}: {exc}")) from None
-
-
-def host_costs(path: str) -> dict[str, dict[str, float]]:
-    """Engine style -> {cpu_step_us, cpu_per_seq_us} the overlay at `path` sets, for `sweep`
-    and `lesson`, whose points carry only a scenario: an overlay with GPU factors is refused
-    there (one line) rather than applied in part."""
-    from simulator.errors import InputError
-
-    got = calibration_applied(path)
-    if got.gpu_values:
-        gpus = ", ".join(sorted({gpu for gpu, _, _, _ in got.gpu_values}))
-        raise InputError(f"--calibration {path}: its GPU factors ({gpus}) apply in simulate and "
-                         f"estimate only; sweep and lesson take host costs alone (write one with "
-                         f"frontier calibrate --fit host)")
-    return got.host_costs
 
 
 def calibration_overrides(scenario: str, overrides: tuple[str, ...],

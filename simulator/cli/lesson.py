@@ -6,7 +6,11 @@ from pathlib import Path
 
 import click
 
-from simulator.cli.calibration_flag import calibration_line, calibration_option, host_costs
+from simulator.cli.calibration_flag import (
+    calibration_applied,
+    calibration_line,
+    calibration_option,
+)
 from simulator.errors import InputError
 
 
@@ -32,11 +36,11 @@ def lesson(name: str | None, out_dir: str | None, overrides: tuple[str, ...], qu
     if name not in LESSONS:
         raise InputError(f"unknown lesson {name!r} (valid: {', '.join(LESSONS)})")
     out = Path(out_dir) if out_dir else _fresh_folder(Path(f"out/lesson-{name}"))
-    costs = host_costs(calibration) if calibration is not None else None
+    applied = calibration_applied(calibration) if calibration is not None else None
     if calibration is not None:
         click.echo(calibration_line(calibration))
     headlines, page = run_lesson(LESSONS[name], out, overrides, quick=quick, workers=workers,
-                                 host_costs=costs)
+                                 calibration=applied)
     for line in headlines:
         click.echo(line)
     click.echo(f"wrote {page}")

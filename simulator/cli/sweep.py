@@ -13,7 +13,11 @@ from typing import Any
 
 import click
 
-from simulator.cli.calibration_flag import calibration_line, calibration_option, host_costs
+from simulator.cli.calibration_flag import (
+    calibration_applied,
+    calibration_line,
+    calibration_option,
+)
 from simulator.cli.common import FiniteFloat
 from simulator.errors import InputError
 
@@ -66,7 +70,7 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
     from simulator.sweep.cost import gpu_prices
     from simulator.sweep.pipeline import run_sweep
 
-    costs = host_costs(calibration) if calibration is not None else None
+    applied = calibration_applied(calibration) if calibration is not None else None
     if calibration is not None:
         click.echo(calibration_line(calibration))
     if resume and fresh:
@@ -76,7 +80,7 @@ def sweep(sweep_file: str, out_dir: str, backend: str, workers: int | None, resu
     outcome = run_sweep(
         sweep_file, out_dir, backend=backend, workers=workers, resume=resume, fresh=fresh,
         ray_address=ray_address, prices=gpu_prices(gpu_price), skip_bad_rows=skip_bad_rows,
-        screen=screen, screen_slo=not screen_ignore_slo, host_costs=costs,
+        screen=screen, screen_slo=not screen_ignore_slo, calibration=applied,
         **_axes(x_axis, y_axis),
     )
     if not no_report:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from simulator.calibration.host_costs import HostCosts
+from simulator.calibration.applied import Applied
 from simulator.errors import InputError
 from simulator.inputs.scenario import apply_overrides
 from simulator.inputs.shipped import scenarios_dir
@@ -111,13 +111,13 @@ def lesson_spec(lesson: Lesson, overrides: Sequence[str], quick: bool) -> dict[s
 def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
                quick: bool = False, workers: int | None = None,
                progress: IO[str] | None = None,
-               host_costs: HostCosts | None = None) -> tuple[list[str], Path]:
+               calibration: Applied | None = None) -> tuple[list[str], Path]:
     """Sweep the lesson into `out_dir`, write `out_dir/report.html`; return its headlines.
-    `host_costs`: a calibration overlay's, given to every point's engine."""
+    `calibration`: an overlay's host costs and GPU profiles, given to every point's run."""
     spec = lesson_spec(lesson, overrides, quick)
     stream = progress if progress is not None else sys.stderr
     run_sweep(spec, out_dir, workers=workers, fresh=True, prices=gpu_prices(),
-              progress_stream=stream, host_costs=host_costs)
+              progress_stream=stream, calibration=calibration)
     _, rows, manifest = load_sweep_dir(out_dir)
     axes = list(manifest["axes"])
     if lesson.derive is not None:

@@ -21,8 +21,10 @@ from typing import IO, Any
 
 import yaml
 
-from simulator.calibration.host_costs import HostCosts, calibrated
+from simulator.calibration.applied import Applied
+from simulator.calibration.host_costs import calibrated
 from simulator.errors import InputError
+from simulator.hardware.profile import Hardware
 from simulator.progress import Progress
 from simulator.safeio import OutputError, make_folder, refuse_link, write_atomic
 from simulator.sweep import screen as screen_mod
@@ -180,14 +182,15 @@ def run_sweep(
     screen: bool = False,
     screen_slo: bool = True,
     screen_only: bool = False,
-    host_costs: HostCosts | None = None,
+    calibration: Applied | None = None,
 ) -> SweepOutcome:
     """Run a sweep file into `out_dir` and write its outputs (module docstring). `screen`:
     estimate every point first and simulate only those the estimate cannot rule out
     (sweep/screen.py); `screen_slo` lets it rule out points that certainly miss the sweep's
     SLO (the frontier is then the one among points within the SLO); `screen_only` (for the
-    benchmark) stops after the screen. `host_costs` (a calibration overlay's, by engine style)
-    are given to every point's engine that sets no overhead of its own."""
+    benchmark) stops after the screen. `calibration` (an overlay's, calibration/applied.py):
+    its host costs go to every point's engine that sets no overhead of its own, its calibrated
+    GPU profiles stand in for the shipped ones in every run."""
     if not str(out_dir).strip():  # Path("") is the current folder: never meant
         raise InputError("--out '': give a folder for the sweep's outputs")
     if backend not in ("local", "ray"):
@@ -202,14 +205,16 @@ def run_sweep(
     refused = refused_value(spec, expansion.points)
     if refused is not None:
         raise InputError(refused)
-    if host_costs:
-        expansion.points = [_calibrated(p, host_costs) for p in expansion.points]
+    if calibration is not None:
+        expansion.points = [_calibrated(p, calibration) for p in expansion.points]
     out = Path(out_dir)
     workers = workers or _cpu_count()
     try:
         opts = _Screen(screen, screen_slo, screen_only)
+        profiles = dict(calibration.profiles) if calibration and calibration.profiles else None
         return _run_into(out, spec, expansion, backend, workers, resume, fresh, ray_address,
-                         prices or {}, x, y, progress_stream, evaluate, skip_bad_rows, opts)
+                         prices or {}, x, y, progress_stream, evaluate, skip_bad_rows, opts,
+                         profiles)
     except (SweepBusyError, StoreExistsError):
         raise
     except OutputError as exc:  # a full disk, a read-only folder: the stored points stay
@@ -228,11 +233,14 @@ def run_sweep(
         ) from None
 
 
-def _calibrated(point: Point, costs: HostCosts) -> Point:
-    """The point with a calibration's host costs; its key changes with its scenario, so a
-    store never mixes calibrated and uncalibrated results of one point."""
-    scenario = calibrated(point.scenario, costs)
-    return Point(point_key(scenario), point.values, scenario)
+def _calibrated(point: Point, calibration: Applied) -> Point:
+    """The point with a calibration's host costs in its scenario; its key changes with them
+    and with the GPU values the overlay sets (which live beside the scenario, in the task), so
+    a store never mixes calibrated and uncalibrated results of one point."""
+    scenario = calibrated(point.scenario, calibration.host_costs)
+    gpu = [list(v) for v in calibration.gpu_values]
+    key = point_key({**scenario, "calibrated_gpu_values": gpu} if gpu else scenario)
+    return Point(key, point.values, scenario)
 
 
 @dataclass(frozen=True)
@@ -245,8 +253,10 @@ class _Screen:
 def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, workers: int,
               resume: bool, fresh: bool, ray_address: str | None, prices: Mapping[str, float],
               x: Axis, y: Axis, progress_stream: IO[str] | None, evaluate: Evaluate,
-              skip_bad_rows: bool, opts: _Screen = _Screen()) -> SweepOutcome:
-    """Run the points still to do into `out` under its lock, then write the outputs."""
+              skip_bad_rows: bool, opts: _Screen = _Screen(),
+              profiles: Mapping[str, Hardware] | None = None) -> SweepOutcome:
+    """Run the points still to do into `out` under its lock, then write the outputs
+    (`profiles`: calibrated GPU profiles every run uses in place of the shipped ones)."""
     make_folder(out)
     for name in OUTPUT_NAMES:  # refused before any point runs, not after the last one
         refuse_link(out / name)
@@ -266,7 +276,7 @@ def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, wo
                     if opts.on or stored[k]["point_status"] != screen_mod.STATUS}
         todo = [p for p in expansion.points if p.key not in finished]
         write_point_files(out / "points", expansion.points)
-        tasks = [Task(p.key, p.values, p.scenario, skip_bad_rows) for p in todo]
+        tasks = [Task(p.key, p.values, p.scenario, skip_bad_rows, profiles) for p in todo]
         targets = slo_from_scenario(spec.base) if opts.on and opts.slo else {}
         screen_s = 0.0
         if opts.on:

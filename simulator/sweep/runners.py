@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +38,9 @@ class Task:
     values: dict[str, Any]
     scenario: dict[str, Any]
     skip_bad_rows: bool = False  # trace rows the engine cannot take: dropped and counted
+    # Calibrated GPU profiles standing in for shipped ones by name (a calibration overlay's:
+    # calibration/applied.py); None: the shipped profiles.
+    profiles: Mapping[str, Any] | None = None
 
 
 Evaluate = Callable[[Task], Record]
@@ -69,7 +72,8 @@ def evaluate_point(task: Task) -> Record:
         # The engine is built (and the deployment checked) once, inside simulate().
         scenario, _ = load_scenario_file(task.scenario)
         result = simulator.simulate(LoadedScenario(scenario, None),
-                                    skip_bad_rows=task.skip_bad_rows).to_dict()
+                                    skip_bad_rows=task.skip_bad_rows,
+                                    profiles=task.profiles).to_dict()
     except REFUSALS as exc:  # the schema or the engine refuses the point
         return make_record(task.key, task.values, "dropped", reason=refusal_reason(exc),
                            error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,

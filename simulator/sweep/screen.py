@@ -144,12 +144,12 @@ def estimate_point(task: Task) -> Record:
 
     try:
         scenario, _ = load_scenario_file(task.scenario)
-        key = _engine_key(task.scenario)
+        key = _engine_key(task.scenario) + (f"|{task.key}" if task.profiles else "")
         engine = _ENGINES.get(key)
         if engine is None:
             if len(_ENGINES) > 256:
                 _ENGINES.clear()
-            engine = _ENGINES[key] = build_engine(scenario, None)
+            engine = _ENGINES[key] = build_engine(scenario, None, None, task.profiles)
         stream, _ = build_stream(scenario, None, task.skip_bad_rows,
                                  engine.max_model_len or None)
         est = estimate(scenario, engine, stream)
