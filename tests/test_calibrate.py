@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -209,26 +210,36 @@ def test_the_fit_predicts_what_the_overlay_makes_estimate_predict(truth_csv: Pat
         assert problem.runs.prediction(r, values) == (est.ttft_mean_s, est.tpot_p50_s)
 
 
-def test_sweep_under_a_calibration_runs_the_calibrated_engines(
-        overlay_path: Path, tmp_path: Path) -> None:
-    """`sweep --calibration` gives every point the overlay's vllm host cost (3000 us a step
-    where 1000 ships): each point's scenario file carries it, its mean TPOT is what `simulate
-    --calibration` of that point predicts, and the sweep says so first."""
+def plain_and_calibrated_sweeps(scenario: Path, tps: list[int], overlay: Path, tmp_path: Path
+                                ) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The scenario swept over tensor parallelism into tmp/p, then into tmp/c under
+    `--calibration overlay`: (the calibrated sweep's first line, plain rows, calibrated rows)."""
     from simulator.sweep.table import read_csv
 
-    spec = yaml.safe_load(_scenario(tmp_path).read_text())
-    spec["sweep"] = {"deployment.tensor_parallel": [4, 8]}
+    spec = yaml.safe_load(scenario.read_text())
+    spec["sweep"] = {"deployment.tensor_parallel": tps}
     sweep_file = tmp_path / "sw.yaml"
     sweep_file.write_text(yaml.safe_dump(spec))
     runner = CliRunner()
     plain = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "p"),
                                 "--no-report"])
     cal = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "c"),
-                              "--no-report", "--calibration", str(overlay_path)])
+                              "--no-report", "--calibration", str(overlay)])
     assert plain.exit_code == cal.exit_code == 0, cal.output
-    assert cal.output.splitlines()[0].startswith(f"calibration: {overlay_path}")
     _, rows_p = read_csv(tmp_path / "p" / "results.csv")
     _, rows_c = read_csv(tmp_path / "c" / "results.csv")
+    return cal.output.splitlines()[0], rows_p, rows_c
+
+
+def test_sweep_under_a_calibration_runs_the_calibrated_engines(
+        overlay_path: Path, tmp_path: Path) -> None:
+    """`sweep --calibration` gives every point the overlay's vllm host cost (3000 us a step
+    where 1000 ships): each point's scenario file carries it, its mean TPOT is what `simulate
+    --calibration` of that point predicts, and the sweep says so first."""
+    first, rows_p, rows_c = plain_and_calibrated_sweeps(_scenario(tmp_path), [4, 8],
+                                                        overlay_path, tmp_path)
+    assert first.startswith(f"calibration: {overlay_path}")
+    runner = CliRunner()
     fitted = yaml.safe_load(overlay_path.read_text())
     step_us = next(v["value"] for v in fitted["values"] if v["target"]["name"] == "vllm"
                    and v["target"]["key"] == "cpu_step_us")

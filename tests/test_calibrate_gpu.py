@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from simulator.cli.app import cli
 from simulator.measured.silicon import read_silicon
-from tests.test_calibrate import _fails, _row, truth_file
+from tests.test_calibrate import _fails, _row, plain_and_calibrated_sweeps, truth_file
 
 FP4_KEY = "gemm_classes.fp4_block_scaled.hbm_fraction"
 FP4_PARAM = f"b200.{FP4_KEY}"
@@ -155,21 +155,10 @@ def test_sweep_runs_every_point_on_the_calibrated_profile(overlay_path: Path,
     (TPOT equal, exactly, to `simulate --calibration` of the same point, and lower than the
     plain sweep's), its key differs from the plain point's (a store never mixes the two), and
     the first line says which factors moved."""
-    from simulator.sweep.table import read_csv
-
-    spec = yaml.safe_load(_scenario(tmp_path).read_text())
-    spec["sweep"] = {"deployment.tensor_parallel": [2, 4]}
-    sweep_file = tmp_path / "sw.yaml"
-    sweep_file.write_text(yaml.safe_dump(spec))
+    first, rows_p, rows_c = plain_and_calibrated_sweeps(_scenario(tmp_path), [2, 4],
+                                                        overlay_path, tmp_path)
+    assert f"b200 {FP4_KEY} 0.55 -> 0.7" in first
     runner = CliRunner()
-    plain = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "p"),
-                                "--no-report"])
-    cal = runner.invoke(cli, ["sweep", str(sweep_file), "--out", str(tmp_path / "c"),
-                              "--no-report", "--calibration", str(overlay_path)])
-    assert plain.exit_code == cal.exit_code == 0, cal.output
-    assert f"b200 {FP4_KEY} 0.55 -> 0.7" in cal.output.splitlines()[0]
-    _, rows_p = read_csv(tmp_path / "p" / "results.csv")
-    _, rows_c = read_csv(tmp_path / "c" / "results.csv")
     for rp, rc in zip(rows_p, rows_c, strict=True):
         assert rp["point_id"] != rc["point_id"]
         assert rc["tpot_s.p50"] < 0.95 * rp["tpot_s.p50"]
