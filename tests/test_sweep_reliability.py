@@ -228,3 +228,31 @@ def test_a_link_in_place_of_any_output_is_refused_and_its_target_untouched(
         assert code == 2 and "symbolic link" in err and str(link) in err, (name, err)
         assert len(err.strip().splitlines()) == 1, err
         assert victim.read_text() == "precious\n", name
+
+
+def test_a_user_profile_and_a_routing_file_are_part_of_the_point_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU profile from FRONTIER_HARDWARE_PATH and a measured per-expert load file are files
+    a point reads: editing one between a sweep and its resume gives new keys; a shipped
+    profile's points keep theirs."""
+    import yaml as _yaml
+
+    from simulator.hardware.profile import profile_path
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    mine = _yaml.safe_load(profile_path("h100-sxm").read_text())
+    mine["name"] = "my-h100"
+    (profiles / "my-h100.yaml").write_text(_yaml.safe_dump(mine))
+    monkeypatch.setenv("FRONTIER_HARDWARE_PATH", str(profiles))
+    shipped = expand(load_sweep(write_sweep(tmp_path / "a.yaml", small_sweep()))).points
+    data = small_sweep()
+    data["hardware"]["gpu"] = "my-h100"
+    spec = load_sweep(write_sweep(tmp_path / "b.yaml", data))
+    keys = {p.key for p in expand(spec).points}
+    mine["efficiency"]["hbm_bandwidth_fraction"] = 0.7
+    (profiles / "my-h100.yaml").write_text(_yaml.safe_dump(mine))
+    assert not keys & {p.key for p in expand(spec).points}
+    monkeypatch.delenv("FRONTIER_HARDWARE_PATH")
+    assert {p.key for p in shipped} == {
+        p.key for p in expand(load_sweep(write_sweep(tmp_path / "a.yaml", small_sweep()))).points}

@@ -103,7 +103,31 @@ def referenced_files(scenario: Mapping[str, Any]) -> list[str]:
             part = workload.get(name)
             if isinstance(part, Mapping) and isinstance(part.get("path"), str):
                 found.append(part["path"])
+    deployment = scenario.get("deployment")
+    pools: list[Any] = []
+    if isinstance(deployment, Mapping):
+        pools = [deployment, deployment.get("prefill"), deployment.get("decode")]
+    gpus = [(scenario.get("hardware") or {}).get("gpu")]
+    for pool in pools:
+        if isinstance(pool, Mapping):
+            routing = pool.get("moe_routing")
+            if isinstance(routing, Mapping) and isinstance(routing.get("profile"), str):
+                found.append(routing["profile"])  # a measured per-expert load file
+            gpus.append((pool.get("hardware") or {}).get("gpu"))
+    found += _user_profiles([g for g in gpus if isinstance(g, str)])
     return found
+
+
+def _user_profiles(names: list[str]) -> list[str]:
+    """The YAML files of the named GPU profiles that the user supplied (FRONTIER_HARDWARE_PATH):
+    a user may edit those between a sweep and its resume; shipped ones change only with the
+    package (their edits are the project's, and keep point keys stable)."""
+    from simulator.hardware.profile import profile_dirs, profile_paths
+
+    shipped = profile_dirs()[0].resolve()
+    paths = profile_paths()
+    return [str(paths[n]) for n in sorted(set(names))
+            if n in paths and paths[n].resolve().parent != shipped]
 
 
 def file_digest(path: str) -> str:
