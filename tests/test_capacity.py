@@ -107,9 +107,11 @@ def test_recommend_sizes_copies_from_the_capacity_and_export_agrees(
     (ceil(C / C) = 1), where the finite run's achieved rate (< C) answered two. The two load
     points of the one config count once, and `export` launches the copies recommend sized."""
     sweep = _chat_sweep(tmp_path, capsys)
-    cap = slo_capacity(CHAT | {"workload": CHAT["workload"] | {"num_requests": 300}}, TARGETS)
-    rate = f"{cap.rate_per_s:.6f}"
     slo = ["--slo", "ttft_p99_s=1", "--slo", "tpot_p99_s=0.05"]
+    code, out, err = run_cli(["recommend", str(sweep), *slo, "--rate", "1", "--json"], capsys)
+    assert code == 0, err
+    capacity = json.loads(out)["ranked"][0]["capacity"]["rate_per_s"]  # C, as recommend finds it
+    rate = repr(capacity)  # exactly C: a rounded-up figure would ask for more
     code, out, err = run_cli(["recommend", str(sweep), *slo, "--rate", rate, "--json",
                               "--gpu-price", "h100-sxm=2"], capsys)
     assert code == 0, err
@@ -124,7 +126,7 @@ def test_recommend_sizes_copies_from_the_capacity_and_export_agrees(
     old = json.loads(out)["ranked"]
     assert min(r["copies"] for r in old) >= 2  # the achieved rate under-states the capacity
 
-    double = f"{2 * cap.rate_per_s:.6f}"
+    double = repr(2 * capacity)
     code, out, err = run_cli(["export", str(sweep), *slo, "--rate", double, "--top", "1"],
                              capsys)
     assert code == 0, err

@@ -32,7 +32,7 @@ MIN_DURATION_S = 60.0  # arrivals span at least this long: a backlog has time to
 # overloaded (arrivals outpace service by about that fraction), whatever its SLO says: a
 # TPOT-only target is met by an engine whose waiting queue grows without bound.
 MAX_WAIT_GROWTH = 0.02
-GROWTH = 1.5  # step of the search outward from the estimate's bracket
+FIRST_STEP = 1.15  # first step of the search outward from the estimate's bracket (then squared)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,8 +184,10 @@ def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
     lo_e, cap = _estimate_bracket(scenario, targets, rel_tol)
     start = lo_e if lo_e > 0 else cap * 0.05
     lo, hi, why_hi, runs, best = 0.0, None, "", 0, {}
-    rate = start
-    # Outward from the estimate until one rate meets and one misses, then bisect.
+    rate, step = start, FIRST_STEP
+    # Outward from the estimate in steps that square (1.15, 1.32, 1.75, 3.06, ...: near it
+    # first, where it usually errs, yet any distance within a few runs) until one rate meets
+    # and one misses, then bisect.
     while runs < max_simulations:
         why, row = judge(at_rate(scenario, rate))
         runs += 1
@@ -194,9 +196,9 @@ def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
         else:
             lo, best = rate, row
         if hi is None:
-            rate = rate * GROWTH
+            rate, step = rate * step, step * step
         elif lo == 0.0:
-            rate = rate / GROWTH ** 2
+            rate, step = rate / step, step * step
             if rate < start * 1e-3:
                 break
         elif hi - lo <= rel_tol * lo:
