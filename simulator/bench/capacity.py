@@ -7,7 +7,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from simulator.errors import InputError
 
@@ -18,7 +17,7 @@ def run_capacity_bench(sweep: str, limit: int | None, repeat: int,
     `workers` processes."""
     from simulator.bench.engine import machine
     from simulator.inputs.shipped import resolve_scenario
-    from simulator.sweep.capacity import config_key, search_all, searchable
+    from simulator.sweep.capacity import search_all, unique_configs
     from simulator.sweep.grid import expand, load_sweep
     from simulator.sweep.slo import slo_from_scenario
 
@@ -28,18 +27,14 @@ def run_capacity_bench(sweep: str, limit: int | None, repeat: int,
         raise InputError(f"bench-capacity {sweep}: the sweep has no slo: to search against")
     import simulator
 
-    configs: dict[str, dict[str, Any]] = {}
+    _, configs = unique_configs((p.key, p.scenario) for p in expand(spec).points)
     refused = 0
-    for p in expand(spec).points:
-        key = config_key(p.scenario)
-        if key in configs or not searchable(p.scenario):
-            continue
+    for key, scenario in list(configs.items()):
         try:  # a config the engine refuses (does not fit, does not split) has no capacity
-            simulator.load_scenario(p.scenario)
+            simulator.load_scenario(scenario)
         except ValueError:
             refused += 1
-            continue
-        configs[key] = p.scenario
+            del configs[key]
     chosen = list(configs.values())[:limit] if limit else list(configs.values())
     yield (f"bench-capacity: {len(chosen)} configs of {spec.source} ({refused} refused by "
            f"the engine, not timed) against "

@@ -147,13 +147,9 @@ def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float
         return None
     import os
 
-    from simulator.sweep.capacity import config_key, searchable
-    from simulator.sweep.store import point_scenario
+    from simulator.sweep.capacity import sweep_configs
 
-    scenarios = [point_scenario(path, str(r.get("point_id", ""))) for r in rows
-                 if r.get("point_status", "ok") in ("ok", "screened")]
-    n = len({config_key(s) for s in scenarios if s and searchable(s)})
-    progress = Progress(n, label="capacity", unit="configs")
+    progress = Progress(len(sweep_configs(rows, path)[1]), label="capacity", unit="configs")
     caps = sweep_capacities(rows, path, targets, on_done=progress.step,
                             pessimistic=confidence == "pessimistic", workers=os.cpu_count() or 1)
     progress.close()

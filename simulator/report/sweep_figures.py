@@ -24,23 +24,19 @@ BREAKDOWN_PARTS = (("compute_s", "compute"), ("memory_s", "memory (HBM)"),
 MAX_GROUPS = 8
 
 
-def _fmt(value: Any) -> str:
-    return value_label(value)
-
-
 def hover(row: Mapping[str, Any], axes: Sequence[str], extra: Sequence[Axis]) -> str:
     """The config of a point and its headline metrics, for the hover box."""
     lines = [f"<b>{row.get('point_id', '')}</b>"]
-    lines += [f"{a} = {_fmt(row.get(a))}" for a in axes]
+    lines += [f"{a} = {value_label(row.get(a))}" for a in axes]
     shown = set()
     for ax in extra:
         if ax.column not in shown:
             shown.add(ax.column)
-            lines.append(f"{ax.label}: {_fmt(row.get(ax.column))}")
+            lines.append(f"{ax.label}: {value_label(row.get(ax.column))}")
     for col, label in (("ttft_s.p99", "TTFT p99 s"), ("tpot_s.p99", "TPOT p99 s"),
                        ("requests_per_s", "req/s"), ("num_gpus", "GPUs")):
         if col not in shown and row.get(col) is not None:
-            lines.append(f"{label}: {_fmt(row.get(col))}")
+            lines.append(f"{label}: {value_label(row.get(col))}")
     return "<br>".join(lines)
 
 
@@ -98,7 +94,7 @@ def split_figure(rows: Sequence[Row], axes: Sequence[str], key: str, x: Axis,
     data = ok_rows(rows, x, y)
     groups: dict[str, list[Row]] = {}
     for r in data:
-        groups.setdefault(_fmt(r.get(key)), []).append(r)
+        groups.setdefault(value_label(r.get(key)), []).append(r)
     fig = go.Figure()
     for n, (value, members) in enumerate(sorted(groups.items(), key=lambda kv: _sort_key(kv[0]))):
         color = PALETTE[n % len(PALETTE)]
@@ -136,7 +132,8 @@ def latency_figure(rows: Sequence[Row], axes: Sequence[str],
             and number(r, "requests_per_s") is not None]
     groups: dict[str, list[Row]] = {}
     for r in data:
-        label = ", ".join(f"{k.split('.')[-1]}={_fmt(r.get(k))}" for k in config_keys) or "all"
+        label = ", ".join(f"{k.split('.')[-1]}={value_label(r.get(k))}"
+                          for k in config_keys) or "all"
         groups.setdefault(label, []).append(r)
 
     def best(members: list[Row]) -> float:
@@ -198,7 +195,7 @@ def metric_figure(rows: Sequence[Row], x: str, y: str, group: str, *, title: str
     for r in rows:
         xv, yv = number(r, x), number(r, y)
         if xv is not None and yv is not None:
-            label = _fmt(r.get(group)) if group else y_label  # "": one series
+            label = value_label(r.get(group)) if group else y_label  # "": one series
             groups.setdefault(label, []).append((xv, yv * scale))
     fig = go.Figure()
     for n, (label, pts) in enumerate(sorted(groups.items(), key=lambda kv: _sort_key(kv[0]))):

@@ -11,10 +11,8 @@ it (the point was pushed to saturation) or ran out of runs first."""
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -79,15 +77,28 @@ def searchable(scenario: Mapping[str, Any]) -> bool:
 
 
 def config_key(scenario: Mapping[str, Any]) -> str:
-    """A digest of the scenario without its arrival process: points of a sweep's load axis
-    share it."""
-    s = copy.deepcopy(dict(scenario))
-    wl = dict(s.get("workload") or {})
-    wl.pop("arrival", None)
-    s["workload"] = wl
+    """The point key (grid.point_key: scenario and the files it reads) of the scenario without
+    its arrival process and name: points of a sweep's load axis share it."""
+    from simulator.sweep.grid import point_key
+
+    s = dict(scenario)
+    s["workload"] = {k: v for k, v in (s.get("workload") or {}).items() if k != "arrival"}
     s.pop("name", None)
-    text = json.dumps(s, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return point_key(s)
+
+
+def unique_configs(scenarios: Iterable[tuple[str, Mapping[str, Any] | None]]
+                   ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """(id -> config key, config key -> its first scenario) over (id, scenario) pairs whose
+    rate can be searched (a missing scenario or a trace replay is left out)."""
+    key_of: dict[str, str] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    for pid, scenario in scenarios:
+        if not scenario or not searchable(scenario):
+            continue
+        key = key_of[pid] = config_key(scenario)
+        configs.setdefault(key, dict(scenario))
+    return key_of, configs
 
 
 def at_rate(scenario: Mapping[str, Any], rate_per_s: float) -> dict[str, Any]:
@@ -235,26 +246,23 @@ def search_all(scenarios: Sequence[dict[str, Any]], targets: Mapping[str, float]
     return out
 
 
+def sweep_configs(rows: Sequence[Mapping[str, Any]], sweep_dir: Path
+                  ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """unique_configs of the points simulated or screened out (a screen rules points out on
+    the sweep's own axes, which say nothing about price or capacity)."""
+    from simulator.sweep.store import point_scenario
+
+    return unique_configs((str(r.get("point_id", "")),
+                           point_scenario(sweep_dir, str(r.get("point_id", ""))))
+                          for r in rows if r.get("point_status", "ok") in ("ok", "screened"))
+
+
 def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
                      targets: Mapping[str, float], on_done: Callable[[], None] | None = None,
                      pessimistic: bool = False, workers: int = 1) -> dict[str, Capacity]:
-    """Point id -> its config's capacity, for every point simulated or screened out (a screen
-    rules points out on the sweep's own axes, which say nothing about price or capacity)
-    whose arrival rate can be searched; points differing only in load are searched once,
-    configs on `workers` processes."""
-    from simulator.sweep.store import point_scenario
-
-    key_of: dict[str, str] = {}
-    configs: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        pid = str(row.get("point_id", ""))
-        scenario = point_scenario(sweep_dir, pid)
-        status = row.get("point_status", "ok")
-        if status not in ("ok", "screened") or not scenario or not searchable(scenario):
-            continue
-        key = config_key(scenario)
-        key_of[pid] = key
-        configs.setdefault(key, scenario)
+    """Point id -> its config's capacity (sweep_configs: each config searched once, on
+    `workers` processes)."""
+    key_of, configs = sweep_configs(rows, sweep_dir)
     found = search_all(list(configs.values()), targets, pessimistic=pessimistic,
                        workers=workers, on_done=on_done)
     done = {k: replace(c, config=k) for k, c in zip(configs, found, strict=True)}
