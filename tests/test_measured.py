@@ -91,7 +91,8 @@ def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
         "kind": "aggregated", "replicas": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
         "attention_data_parallel": 8, "expert_parallel": 8,
         "precision": {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "bf16"},
-        "engine": "sglang", "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8192},
+        "engine": "sglang", "engine_version": "0.5.9",
+        "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8192},
     }
     assert m.scenario["hardware"] == {"gpu": "b200", "gpus_per_node": 8, "nodes": 1}
     assert m.scenario["workload"] == {

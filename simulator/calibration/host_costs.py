@@ -28,15 +28,14 @@ def overhead_overrides(scenario: Any, costs: HostCosts) -> list[tuple[str, float
     """('deployment[.pool].overhead.step_s', seconds), ... for each engine type of a
     validated scenario without an explicit overhead whose style the overlay calibrates (a key
     the overlay lacks keeps the style's shipped value)."""
-    from simulator.engines.style import load_engine_styles
+    from simulator.engines.style import engine_style
 
-    shipped = load_engine_styles()
     out: list[tuple[str, float]] = []
     for prefix, pool in scenario.deployment.engine_types:
         fitted = costs.get(str(pool.engine))
         if pool.overhead is not None or not fitted:
             continue
-        style = shipped[str(pool.engine)]
+        style = engine_style(str(pool.engine), pool.engine_version)
         out.append((f"{prefix}.overhead.step_s",
                     fitted.get("cpu_step_us", style.cpu_step_s * 1e6) * 1e-6))
         out.append((f"{prefix}.overhead.per_seq_s",

@@ -9,9 +9,10 @@ the GPU step. The figures live in engine_styles.yaml with their sources, not in 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +70,9 @@ class _StyleFile(BaseModel):
     # Status and origin of each value, keyed by its key (hardware/provenance.py); read by
     # tests and reports, never by the simulation.
     provenance: Provenance | None = None
+    # Releases whose defaults differ from the ones above (the newest): each range's values
+    # replace the style's for a deployment that names a version inside it.
+    versions: list[_VersionRange] = Field(default_factory=list)
 
     @field_validator("provenance")
     @classmethod
@@ -77,10 +81,58 @@ class _StyleFile(BaseModel):
         return value
 
 
+_RELEASE = re.compile(r"v?(\d+(?:\.\d+){0,5})")
+
+
+def release_number(version: str) -> tuple[int, ...] | None:
+    """The numeric release of an engine version string ('0.12.0' -> (0, 12, 0); '1.2.0rc6.post3'
+    -> (1, 2, 0): a pre- or post-release counts as its release), None when it names none
+    ('nightly-dev', 'gpt-oss-dev')."""
+    m = _RELEASE.match(version.strip())
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+
+def _pad(release: tuple[int, ...]) -> tuple[int, ...]:
+    return release + (0,) * (6 - len(release))
+
+
+class _VersionRange(BaseModel):
+    """Values a style takes for releases in [since, before), read from those releases."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    since: str | None = None  # first release the values hold for
+    before: str | None = None  # first release they no longer hold for
+    values: dict[str, Any]  # style keys and their values in the range
+    source: str
+
+    @field_validator("since", "before")
+    @classmethod
+    def _is_release(cls, value: str | None) -> str | None:
+        if value is not None and release_number(value) is None:
+            raise ValueError(f"{value!r} is not a release number like 0.14.0")
+        return value
+
+    @field_validator("values")
+    @classmethod
+    def _names_style_keys(cls, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(value) - style_paths())
+        if unknown or not value:
+            raise ValueError(f"values must name style keys (one of {sorted(style_paths())}); "
+                             f"got {unknown or 'none'}")
+        return value
+
+    def holds_for(self, release: tuple[int, ...]) -> bool:
+        r = _pad(release)
+        lo = self.since is None or r >= _pad(release_number(self.since) or ())
+        hi = self.before is None or r < _pad(release_number(self.before) or ())
+        return lo and hi
+
+
 @functools.cache
 def style_paths() -> frozenset[str]:
     """Every key a style's provenance may name: its values, not its description or source."""
-    return schema_paths(_StyleFile, skip=("description", "source", "provenance"))
+    return schema_paths(_StyleFile, skip=("description", "source", "provenance", "versions"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +171,7 @@ class EngineStyle:
     # layers of one pipeline stage x dispatch_s_per_layer, set when an engine is built
     # (serving/engine_build.py): the least time a step's GPU part can take
     dispatch_floor_s: float = 0.0
+    version: str | None = None  # the release whose defaults these are; None: the newest
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -151,41 +204,72 @@ class EngineStyle:
 
 
 def load_engine_styles(path: Path = STYLES_PATH) -> dict[str, EngineStyle]:
-    """Every style in the file, parsed once per path (sweeps build thousands of engines)."""
-    return dict(_load_engine_styles(path))
+    """Every style in the file at its default (newest) release, parsed once per path (sweeps
+    build thousands of engines)."""
+    return {name: _style(name, body) for name, (body, _) in _style_files(path).items()}
+
+
+@functools.lru_cache(maxsize=64)
+def engine_style(name: str, version: str | None = None, path: Path = STYLES_PATH) -> EngineStyle:
+    """Style `name` as release `version` of the engine ships it: the default values with
+    those of every version range holding the release; the default when `version` is None or
+    names no release."""
+    files = _style_files(path)
+    if name not in files:
+        raise InputError(f"{path}: no engine style {name!r} (styles: {sorted(files)})")
+    body, ranges = files[name]
+    release = None if version is None else release_number(version)
+    if release is None:
+        return _style(name, body)
+    values: dict[str, Any] = {}
+    for r in ranges:
+        if r.holds_for(release):
+            values.update(r.values)
+    if not values:
+        return replace(_style(name, body), version=version)
+    merged = {**body.model_dump(exclude={"versions"}), **values}
+    try:
+        f = _StyleFile.model_validate(merged)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(f"{path}: {name}@{version}", exc)) from None
+    return replace(_style(name, f), version=version)
 
 
 @functools.lru_cache(maxsize=8)
-def _load_engine_styles(path: Path) -> dict[str, EngineStyle]:
+def _style_files(path: Path) -> dict[str, tuple[_StyleFile, tuple[_VersionRange, ...]]]:
     try:
         raw = safe_load_bounded(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise InputError(f"{path}: cannot read YAML ({exc})") from None
     if not isinstance(raw, dict):
         raise InputError(f"{path}: top level must map style names to their settings")
-    styles: dict[str, EngineStyle] = {}
+    out: dict[str, tuple[_StyleFile, tuple[_VersionRange, ...]]] = {}
     for name, body in raw.items():
         try:
             f = _StyleFile.model_validate(body)
         except ValidationError as exc:
             raise InputError(format_validation_error(f"{path}: {name}", exc)) from None
-        styles[str(name)] = EngineStyle(
-            str(name),
-            f.cpu_step_us * 1e-6,
-            f.cpu_per_seq_us * 1e-6,
-            f.overlap_cpu_with_gpu,
-            f.kv_admission,
-            f.memory_fraction_of,
-            FrontEnd(
-                (f.request_ingest_us or 0.0) * 1e-6,
-                (f.tokenize_per_input_token_us or 0.0) * 1e-6,
-                (f.first_chunk_emit_us or 0.0) * 1e-6,
-            ),
-            f.mix_prefill_decode,
-            f.schedules_ahead,
-            f.prefill_emits_first_token,
-            f.serial_front_end,
-            f.max_prefill_tokens,
-            (f.dispatch_us_per_layer or 0.0) * 1e-6,
-        )
-    return styles
+        out[str(name)] = (f, tuple(f.versions))
+    return out
+
+
+def _style(name: str, f: _StyleFile) -> EngineStyle:
+    return EngineStyle(
+        name,
+        f.cpu_step_us * 1e-6,
+        f.cpu_per_seq_us * 1e-6,
+        f.overlap_cpu_with_gpu,
+        f.kv_admission,
+        f.memory_fraction_of,
+        FrontEnd(
+            (f.request_ingest_us or 0.0) * 1e-6,
+            (f.tokenize_per_input_token_us or 0.0) * 1e-6,
+            (f.first_chunk_emit_us or 0.0) * 1e-6,
+        ),
+        f.mix_prefill_decode,
+        f.schedules_ahead,
+        f.prefill_emits_first_token,
+        f.serial_front_end,
+        f.max_prefill_tokens,
+        (f.dispatch_us_per_layer or 0.0) * 1e-6,
+    )

@@ -16,8 +16,10 @@ from pydantic import (
     Tag,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
+from simulator.engines.style import release_number
 from simulator.inputs.common import (
     WEIGHT_ONLY_FORMATS,
     HardwareConfig,
@@ -190,14 +192,41 @@ class _Worker(_Strict):
     precision: PrecisionSpec = Precision()
     # The engine's batching limits and queue policy.
     scheduler: Scheduler = Scheduler()
-    # software style (engines/engine_styles.yaml): host overheads, scheduling, front end
+    # software style (engines/engine_styles.yaml): host overheads, scheduling, front end;
+    # `vllm@0.12.0` is shorthand for the engine and its engine_version
     engine: Literal["vllm", "sglang", "trtllm", "vllm-0.2", "distserve"] = "vllm"
+    # The engine's release (e.g. 0.12.0): its defaults where they differ from the newest
+    # (the style file's version ranges); None: the newest release's defaults.
+    engine_version: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     # Host cost per step and per sequence; None: the engine style's (or a calibration's).
     overhead: Overhead | None = None
     # Share of GPU memory the engine may use (weights, activations, KV cache).
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # the engine's context window (vLLM --max-model-len); None: the model's
     max_model_len: PosInt | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_engine_at_version(cls, data: Any) -> Any:
+        """`engine: vllm@0.12.0` is `engine: vllm` with `engine_version: 0.12.0`."""
+        if not isinstance(data, dict) or not isinstance(data.get("engine"), str):
+            return data
+        name, at, version = data["engine"].partition("@")
+        if not at:
+            return data
+        given = data.get("engine_version")
+        if given is not None and given != version:
+            raise _invalid(f"engine {data['engine']!r} names version {version!r} but "
+                           f"engine_version is {given!r}; give the version once")
+        return {**data, "engine": name, "engine_version": version}
+
+    @field_validator("engine_version")
+    @classmethod
+    def _is_release(cls, v: str | None) -> str | None:
+        if v is not None and release_number(v) is None:
+            raise _invalid(f"engine_version {v!r} is not a release number (like 0.12.0 or "
+                           f"1.2.0rc6); leave it out for the newest release's defaults")
+        return v
 
     @field_validator("expert_parallel")
     @classmethod

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from simulator.engines.style import release_number
 from simulator.errors import InputError
 from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
@@ -115,7 +116,7 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str]) -> dict[str, Any]:
     precision = _precision(run, defaults)
     conc = run.load.concurrency or 1
     pools = [
-        _pool(p, run.engine, precision, conc, defaults, label)
+        {**_pool(p, run.engine, precision, conc, defaults, label), **_version(run, defaults)}
         for p, label in zip(run.pools, ("prefill ", "decode ") if run.mode == "disagg" else ("",),
                             strict=True)
     ]
@@ -206,6 +207,18 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
         "scheduler": {"max_num_seqs": seqs,
                       "max_num_batched_tokens": max(DEFAULT_TOKEN_BUDGET, seqs)},
     }
+
+
+def _version(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
+    """The run's engine release as the pool's engine_version (its style's defaults for that
+    release); a version that names no release ('nightly-dev') or none recorded runs on the
+    newest release's defaults, declared."""
+    v = run.engine_version
+    if v is not None and release_number(v) is not None:
+        return {"engine_version": v}
+    _declare(defaults, f"engine version {v!r} names no release: the newest release's defaults"
+             if v else "engine version not recorded: the newest release's defaults")
+    return {}
 
 
 def _workload(run: MeasuredRun, load: Load, defaults: list[str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, mem
 from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.kv_transfer import KVLinkCost, kv_link_cost
 from simulator.cost.memory import require_fit
-from simulator.engines.style import EngineStyle, load_engine_styles
+from simulator.engines.style import EngineStyle, engine_style
 from simulator.errors import InputError, tag_key
 from simulator.hardware.profile import Hardware, load_hardware
 from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeployment, WorkerPool
@@ -167,7 +167,7 @@ def _build_engine(
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
     step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)
     s = dep.scheduler
-    style = load_engine_styles()[dep.engine].with_layers(
+    style = engine_style(dep.engine, dep.engine_version).with_layers(
         arch.num_layers / layout.pipeline_parallel
     )
     budget = memory_budget(
