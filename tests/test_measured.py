@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from simulator.cli.app import main
 from simulator.measured.detect import detect_format, read_measurements
-from simulator.measured.scenario import map_run
+from simulator.measured.scenario import WORKERS_GUESSED, map_run
 
 SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
 COLUMNS = [
@@ -303,3 +303,20 @@ def test_shipped_silicon_file_reads_every_row() -> None:
     assert len(runs) == 3028
     sample = [map_run(r, None) for r in runs[:200]]
     assert all(m.scenario is not None or m.refused is not None for m in sample)
+
+
+def test_pd_rows_without_worker_counts_are_scored_apart_from_the_headline(
+        tmp_path: Path) -> None:
+    """A P/D row that records no worker counts runs on one worker per pool (declared), but its
+    per-worker load is a guess: `overall` counts it, `overall_layout_recorded` does not."""
+    unrecorded = {**DISAGG, "id": "pd-x", "prefill_num_workers": "", "decode_num_workers": ""}
+    path = write_csv(tmp_path / "r.csv", [DENSE, DISAGG, unrecorded])
+    result = invoke("--measurements", str(path), "--method", "estimate", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output[result.output.index("{"):])
+    assert out["overall"]["simulated"] == 3
+    assert out["overall_layout_recorded"]["simulated"] == 2
+    guessed = [r["id"] for r in out["runs"] if WORKERS_GUESSED in r["defaults"]]
+    assert guessed == ["pd-x"]
+    text = invoke("--measurements", str(path), "--method", "estimate")
+    assert "overall, P/D workers recorded" in text.output

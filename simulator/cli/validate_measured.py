@@ -146,7 +146,8 @@ def measured_text(result: dict[str, Any]) -> str:
     """Per group and metric: runs, refused, n, median and p90 |error|, median signed error;
     then the refusals by reason and the declared defaults with their counts."""
     rows = []
-    blocks = [*result["groups"].items(), ("overall", result["overall"])]
+    blocks = [*result["groups"].items(), ("overall", result["overall"]),
+              ("overall, P/D workers recorded", result["overall_layout_recorded"])]
     for name, block in blocks:
         head = [name, str(block["runs"]), str(block["simulated"]), str(block["refused"])]
         if not block["metrics"]:

@@ -27,6 +27,9 @@ from simulator.measured.run import Load, MeasuredRun, Pool
 NOT_SHIPPED_MODELS = frozenset({"qwen3.5-397b-a17b", "glm-5"})
 NOT_SHIPPED_GPUS: frozenset[str] = frozenset()
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
+# A P/D row without worker counts: its load per worker, so its TTFT and TPOT, is unknown; the
+# run is simulated on one worker per pool and scored apart from the headline (scoring.py).
+WORKERS_GUESSED = "disagg num_workers not recorded: 1 prefill and 1 decode worker"
 # max_num_batched_tokens where a file does not record it: the scenario schema's own default.
 DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].default
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
@@ -187,7 +190,7 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
     if p.attention_data_parallel is None:
         _declare(defaults, "attention_dp_size not recorded: 1")
     if p.workers is None and label:
-        _declare(defaults, "disagg num_workers not recorded: 1 prefill and 1 decode worker")
+        _declare(defaults, WORKERS_GUESSED)
     workers = p.workers or 1
     seqs = p.max_batch
     if seqs is None:

@@ -11,7 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from simulator.measured.predict import score
-from simulator.measured.scenario import Mapped
+from simulator.measured.scenario import WORKERS_GUESSED, Mapped
 from simulator.progress import Progress
 
 
@@ -67,9 +67,13 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault(f"{r['gpu']} {r['engine']} {r['mode']}", []).append(r)
+    recorded = [r for r in records if WORKERS_GUESSED not in r["defaults"]]
     return {
         "groups": {g: _block(rs) for g, rs in sorted(groups.items())},
         "overall": _block(records),
+        # The runs whose layout the file records in full: without the P/D rows that lack
+        # worker counts (their per-worker load is a guess, so their errors are the guess's).
+        "overall_layout_recorded": _block(recorded),
         "refused": dict(Counter(r["reason"] for r in records
                                 if r["status"] == "refused").most_common()),
         "defaults": dict(Counter(d for r in records for d in r["defaults"]).most_common()),
