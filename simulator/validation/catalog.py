@@ -99,6 +99,12 @@ class RowSpec(_Strict):
     pending: str = ""
     note: str = ""
     likely_cause: str = ""
+    # Why the row cannot test the simulator's fidelity, when it cannot: `in-sample` (a shipped
+    # value was fitted to the data it scores), `insensitive` (its prediction does not move with
+    # the GPU profile it names); kept out of the headline errors and reported apart, with
+    # `check_reason`. Acceptance-only rows are sampler checks by their metric.
+    check: Literal["in-sample", "insensitive"] | None = None
+    check_reason: str = ""
     model: str = ""
     gpu: str = ""
     weights: str = ""
@@ -123,6 +129,12 @@ class RowSpec(_Strict):
     speculative_setup: SpeculativeSetup | None = None
     goodput_ratio: tuple[str, str] | RangeRatio | None = None
     sweep_ratio: SweepRatio | None = None
+
+    @model_validator(mode="after")
+    def _check_says_why(self) -> RowSpec:
+        if (self.check is None) != (not self.check_reason):
+            raise ValueError("check and check_reason go together (the kind and why)")
+        return self
 
     def fields(self) -> dict[str, str]:
         """The row's columns as text, empty where unset (what rows.Row.fields holds)."""

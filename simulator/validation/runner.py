@@ -13,11 +13,7 @@ from simulator.validation.catalog import likely_causes
 from simulator.validation.ranking import Point, RankedPair, ranked_pairs, ranking_markdown
 from simulator.validation.rows import Row, load_rows, metric_class, metric_value
 from simulator.validation.slo_rate import RATIO_METRIC, predict_ratio
-from simulator.validation.speculative_rows import (
-    ACCEPTANCE_METRIC,
-    predict_speculative,
-    speculative_setups,
-)
+from simulator.validation.speculative_rows import predict_speculative, speculative_setups
 from simulator.validation.sweep_rows import SWEEP_METRIC, predict_sweep_ratio
 
 BASELINE = Path(__file__).parent / "baseline.json"
@@ -93,8 +89,9 @@ def _stats(errors: list[float]) -> tuple[float, float]:
 
 def group_stats(scored: Iterable[Scored]) -> dict[str, dict[str, dict[str, float]]]:
     """Median and p90 absolute error by what is measured (TTFT, TPOT, throughput, ratio), GPU,
-    weight format, model family, exact metric key, and overall. Acceptance-only rows count
-    only under what they measure, their metric and overall `acceptance check`."""
+    weight format, model family, exact metric key, and overall, over the rows that test the
+    simulator; rows kept out of the headline (in-sample, insensitive, sampler checks: Row.check)
+    count only under `checks` and overall by their kind."""
     scored = list(scored)
     keys: dict[str, Callable[[Scored], str]] = {
         "measures": lambda s: metric_class(s.row.metric),
@@ -102,15 +99,16 @@ def group_stats(scored: Iterable[Scored]) -> dict[str, dict[str, dict[str, float
         "format": lambda s: s.row.weights,
         "family": lambda s: s.row.family,
         "metric": lambda s: s.row.metric,
-        # Acceptance-only rows check the sampler against the very figure the preset holds:
-        # kept apart so they cannot flatter the error of the performance rows.
-        "overall": lambda s: "all" if s.row.metric != ACCEPTANCE_METRIC else "acceptance check",
+        "overall": lambda s: "all" if s.row.check is None else s.row.check,
+        "checks": lambda s: str(s.row.check),
     }
     out: dict[str, dict[str, dict[str, float]]] = {}
     for name, key in keys.items():
         groups: dict[str, list[float]] = {}
         for s in scored:
-            if s.row.metric == ACCEPTANCE_METRIC and name not in ("measures", "metric", "overall"):
+            headline = s.row.check is None
+            if (name == "checks" and headline) or (name not in ("checks", "overall")
+                                                    and not headline):
                 continue
             groups.setdefault(key(s), []).append(s.error)
         out[name] = group_stats_errors(groups)
@@ -136,6 +134,7 @@ def run_validation(subset: str | None = None, band: bool = False) -> dict[str, A
                 "error": s.error,
                 "low": s.low,
                 "high": s.high,
+                "check": s.row.check,
             }
             for s in scored
         ],
@@ -208,6 +207,29 @@ def metric_table(groups: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
+def checks_table(result: dict[str, Any]) -> list[str]:
+    """Markdown: the rows kept out of the headline errors, by kind, with why."""
+    checks = result["groups"].get("checks", {})
+    if not checks:
+        return []
+    reasons: dict[str, set[str]] = {}
+    for r in load_rows():
+        if r.check is not None:
+            reasons.setdefault(r.check, set()).add(r.check_reason)
+    lines = [
+        "Kept out of the errors above: rows that cannot test the simulator's fidelity (each "
+        "row's `check` in its source file, sampler checks by their metric).",
+        "",
+        "| check | rows | median abs error | p90 abs error | why |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for kind, st in checks.items():
+        why = "; ".join(sorted(reasons.get(kind, set())))
+        lines.append(f"| {kind} | {st['rows']} | {st['median_abs_error']:.1%} | "
+                     f"{st['p90_abs_error']:.1%} | {why} |")
+    return [*lines, ""]
+
+
 def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = None) -> str:
     """REPORT.md: per-metric errors, the cause-by-cause ablation section when given
     (validation/ablation.py), every row, the groups, the largest errors with their likely
@@ -229,17 +251,19 @@ def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = N
         "",
         *metric_table(result["groups"].get("measures", {})),
         "",
+        *checks_table(result),
         *(ablation_lines or []),
         *ranking_markdown([RankedPair(**p) for p in result["ranking"]], TARGET_MEDIAN),
         "## Every row",
         "",
-        "| row | measured | predicted | error | band |",
-        "|---|---:|---:|---:|---|",
+        "| row | measured | predicted | error | band | check |",
+        "|---|---:|---:|---:|---|---|",
     ]
     for r in result["rows"]:
         measured, predicted = (fmt_value(r[k], r["unit"]) for k in ("measured", "predicted"))
         lines.append(
-            f"| {r['id']} | {measured} | {predicted} | {r['error']:+.1%} | {band_text(r)} |"
+            f"| {r['id']} | {measured} | {predicted} | {r['error']:+.1%} | {band_text(r)} | "
+            f"{r['check'] or ''} |"
         )
     lines += [
         "",

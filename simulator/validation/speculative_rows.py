@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import copy
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.validation import catalog
+
+if TYPE_CHECKING:
+    from simulator.hardware.profile import Hardware
 
 SPEEDUP_METRIC = "speedup"
 ACCEPTANCE_METRIC = "acceptance_length"  # simulated mean tokens per verify step
@@ -29,16 +32,18 @@ def speculative_scenario(row_id: str, base: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
-def predict_speculative(row_id: str, metric: str, base: dict[str, Any]) -> float:
+def predict_speculative(row_id: str, metric: str, base: dict[str, Any],
+                        hardware: Hardware | None = None) -> float:
+    """The row's metric; on `hardware` (a perturbed profile, say) instead of its GPU's own."""
     import simulator
 
     spec = speculative_scenario(row_id, base)
-    with_spec = simulator.simulate(simulator.load_scenario(spec)).to_dict()
+    with_spec = simulator.simulate(simulator.load_scenario(spec), hardware=hardware).to_dict()
     if metric == ACCEPTANCE_METRIC:
         return float(with_spec["speculative"]["acceptance_length_mean"])
     if metric != SPEEDUP_METRIC:
         return float(with_spec[metric])
     plain = copy.deepcopy(spec)
     del plain["deployment"]["speculative"]
-    without = simulator.simulate(simulator.load_scenario(plain)).to_dict()
+    without = simulator.simulate(simulator.load_scenario(plain), hardware=hardware).to_dict()
     return float(with_spec["output_tokens_per_s"]) / float(without["output_tokens_per_s"])

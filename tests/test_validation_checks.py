@@ -1,0 +1,73 @@
+"""Validation rows that cannot test fidelity are kept out of the headline errors (issue 29,
+item 4): in-sample rows (a shipped value was fitted to what they score), insensitive rows (their
+prediction does not move with the GPU profile they name) and sampler checks (acceptance-only
+rows). Each tag is data in the row's source file, and these tests hold it to the truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import InputError
+from simulator.hardware.profile import load_hardware
+from simulator.validation.catalog import load_source
+from simulator.validation.rows import Row, load_rows
+from simulator.validation.runner import Scored, group_stats
+from simulator.validation.speculative_rows import predict_speculative
+from simulator.validation.uncertainty import perturbed
+from tests.test_provenance import IN_SAMPLE_OF
+
+
+def test_in_sample_rows_are_those_a_fitted_value_scores() -> None:
+    """The rows tagged in-sample are exactly the ones the provenance test finds circular."""
+    circular = set().union(*(rows for rows, _ in IN_SAMPLE_OF.values()))
+    tagged = {r.id for r in load_rows() if r.check == "in-sample"}
+    assert tagged == circular
+
+
+def test_acceptance_rows_are_sampler_checks() -> None:
+    rows = load_rows()
+    assert all((r.check == "sampler") == (r.metric == "acceptance_length") for r in rows)
+    assert any(r.check == "sampler" for r in rows)
+
+
+@pytest.mark.parametrize("row", [r for r in load_rows() if r.check == "insensitive"],
+                         ids=lambda r: r.id)
+def test_insensitive_rows_do_not_move_with_their_gpu(row: Row) -> None:
+    """Across the GPU profile's uncertainty band (every fraction x (1 -/+ spread), every fixed
+    cost the reverse) the prediction moves less than 1%: the row cannot test the GPU."""
+    hw = load_hardware(row.gpu)
+    values = [predict_speculative(row.id, row.metric, row.scenario(), perturbed(hw, d))
+              for d in (0, -1, 1)]
+    assert (max(values) - min(values)) / values[0] < 0.01, values
+
+
+def _scored(rid: str, error: float, check: str | None) -> Scored:
+    row = Row(rid, "s", "src", "m-1", "h100-sxm", "tpot_s.mean", 1.0, "s", 3, "", "",
+              {"weights": "bf16"}, check, "why" if check else "")
+    return Scored(row, 1.0 + error, None, None)
+
+
+def test_checked_rows_leave_the_headline_and_are_reported_apart() -> None:
+    """Errors 10 % and 30 % on two TPOT rows, 1 % on an in-sample one and 0 % on a sampler
+    check: the headline's median is (10 + 30) / 2 = 20 %, the checks have their own lines."""
+    stats = group_stats([_scored("a", 0.10, None), _scored("b", -0.30, None),
+                         _scored("c", 0.01, "in-sample"), _scored("d", 0.0, "sampler")])
+    assert stats["measures"]["TPOT"]["rows"] == 2
+    assert stats["measures"]["TPOT"]["median_abs_error"] == pytest.approx(0.20)
+    assert stats["overall"]["all"]["rows"] == 2
+    assert stats["checks"]["in-sample"]["median_abs_error"] == pytest.approx(0.01)
+    assert stats["checks"]["sampler"]["rows"] == 1
+    assert stats["gpu"]["h100-sxm"]["rows"] == 2
+
+
+@pytest.mark.parametrize("extra", ["    check: in-sample\n", "    check_reason: because\n",
+                                   "    check: guessed\n    check_reason: x\n"])
+def test_a_check_needs_its_reason_and_a_known_kind(extra: str, tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("source: s\nsubset: t\nrows:\n  - id: r1\n    metric: tpot_s.mean\n"
+                    "    measured: 1.0\n" + extra)
+    with pytest.raises(InputError, match="r1") as err:
+        load_source(path)
+    assert "\n" not in str(err.value)
