@@ -14,8 +14,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from simulator.calibration.applied import GpuValue
 from simulator.cli.app import cli
+from simulator.errors import InputError
 from simulator.measured.silicon import read_silicon
+from simulator.sweep.capacity import at_rate, recorded_gpu_values, search_all
 from tests.test_calibrate import _fails, _row, plain_and_calibrated_sweeps, truth_file
 
 FP4_KEY = "gemm_classes.fp4_block_scaled.hbm_fraction"
@@ -167,6 +170,47 @@ def test_sweep_runs_every_point_on_the_calibrated_profile(overlay_path: Path,
                                   "--calibration", str(overlay_path)])
         got = json.loads(one.output[one.output.index("{"):])
         assert got["tpot_s"]["p50"] == pytest.approx(rc["tpot_s.p50"], rel=1e-12)
+    # sweep.json records the GPU values, so recommend's capacity search reruns the points on
+    # the same calibrated profile; a plain sweep records none.
+    manifest = json.loads((tmp_path / "c" / "sweep.json").read_text())
+    recorded = recorded_gpu_values(manifest, "sweep.json")
+    fitted = yaml.safe_load(overlay_path.read_text())["values"]
+    assert {(g, k): v for g, k, v, _ in recorded} == {
+        (v["target"]["name"], v["target"]["key"]): v["value"] for v in fitted
+        if v["target"]["kind"] == "hardware"}
+    assert {g for g, *_ in recorded} == {"b200"} and any(k == FP4_KEY for _, k, *_ in recorded)
+    assert recorded_gpu_values(json.loads((tmp_path / "p" / "sweep.json").read_text()),
+                               "sweep.json") == ()
+    _capacity_follows_the_calibrated_profile(tmp_path, str(rc["point_id"]), recorded)
+
+
+def _capacity_follows_the_calibrated_profile(tmp_path: Path, point_id: str,
+                                             recorded: tuple[GpuValue, ...]) -> None:
+    """Under a TPOT p99 target halfway between the two profiles' TPOT p99 at a trickle of
+    load, no rate meets it on the shipped B200 profile, while the calibrated one (faster FP4
+    streaming) serves some: the search ran on the sweep's profile."""
+    import simulator
+    from simulator.sweep.capacity import calibrated_profiles
+
+    scenario = yaml.safe_load((tmp_path / "c" / "points" / f"{point_id}.yaml").read_text())
+    trickle = simulator.load_scenario(at_rate(scenario, 0.05))
+    p99 = [simulator.simulate(trickle, profiles=profiles).summary["tpot_s"]["p99"]
+           for profiles in (None, calibrated_profiles(recorded))]
+    assert p99[1] < 0.97 * p99[0], p99
+    target = {"tpot_s.p99": (p99[0] + p99[1]) / 2}
+    [plain] = search_all([scenario], target)
+    [calibrated] = search_all([scenario], target, gpu_values=recorded)
+    assert plain.rate_per_s == 0.0, plain
+    assert calibrated.rate_per_s > 0.0, calibrated
+
+
+@pytest.mark.parametrize("bad", [{"calibrated_gpu_values": [["b200", "k", "x", 1.0]]},
+                                 {"calibrated_gpu_values": [["b200", 0.7]]},
+                                 {"calibrated_gpu_values": "b200"}])
+def test_a_bad_recorded_gpu_value_is_one_line(bad: dict[str, object]) -> None:
+    with pytest.raises(InputError, match="sweep.json: calibrated_gpu_values") as err:
+        recorded_gpu_values(bad, "sweep.json")
+    assert "\n" not in str(err.value)
 
 
 def test_the_fit_predicts_what_the_calibrated_profile_makes_estimate_predict(

@@ -69,6 +69,10 @@ def shipped_value(name: str, key: str) -> float:
     return float(node)
 
 
+# One GPU value an overlay sets: (GPU, key path, value, shipped value).
+GpuValue = tuple[str, str, float, float]
+
+
 @dataclass(frozen=True)
 class Applied:
     """What a run uses from an overlay: host costs by engine style (microseconds), calibrated
@@ -76,7 +80,7 @@ class Applied:
 
     host_costs: dict[str, dict[str, float]] = field(default_factory=dict)
     profiles: dict[str, Hardware] = field(default_factory=dict)
-    gpu_values: tuple[tuple[str, str, float, float], ...] = ()
+    gpu_values: tuple[GpuValue, ...] = ()
 
     def describe(self) -> str:
         """What the overlay sets, for the first line of a calibrated result."""

@@ -134,6 +134,23 @@ _CAPACITY_HELP = (
     "the load the sweep offered it. [default: on with --rate or --gpus]")
 
 
+def _calibrated_gpu_values(path: Path) -> Any:
+    """The calibrated GPU values the sweep in `path` ran on (none for a plain sweep)."""
+    import json
+
+    from simulator.sweep.capacity import recorded_gpu_values
+    from simulator.sweep.pipeline import MANIFEST
+
+    manifest = path / MANIFEST
+    try:
+        data = json.loads(manifest.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{manifest}: cannot read the sweep's manifest ({exc})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{manifest}: not a sweep manifest (a JSON object)")
+    return recorded_gpu_values(data, str(manifest))
+
+
 def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float],
                 search: bool | None, sized: bool, confidence: str = "nominal") -> Any:
     """Point id -> searched capacity, or None when the search is off."""
@@ -149,9 +166,15 @@ def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float
 
     from simulator.sweep.capacity import sweep_configs
 
+    gpu_values = _calibrated_gpu_values(path)
+    if gpu_values:
+        click.echo("calibrated: capacities searched on the sweep's calibrated GPU profiles ("
+                   + "; ".join(f"{g} {k} {s:.4g} -> {v:.4g}" for g, k, v, s in gpu_values)
+                   + ")", err=True)
     progress = Progress(len(sweep_configs(rows, path)[1]), label="capacity", unit="configs")
     caps = sweep_capacities(rows, path, targets, on_done=progress.step,
-                            pessimistic=confidence == "pessimistic", workers=os.cpu_count() or 1)
+                            pessimistic=confidence == "pessimistic", workers=os.cpu_count() or 1,
+                            gpu_values=gpu_values)
     progress.close()
     return caps
 

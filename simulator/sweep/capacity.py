@@ -16,10 +16,20 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+
+from simulator.errors import InputError
+
+if TYPE_CHECKING:
+    from simulator.calibration.applied import GpuValue
+    from simulator.hardware.profile import Hardware
+
+    # A calibration's GPU values (calibration/applied.py Applied.gpu_values): plain data, so a
+    # worker process rebuilds the calibrated profiles itself.
+    GpuValues = Sequence[GpuValue]
 
 # Arrival kinds whose rate the search moves; closed loops and offline runs become Poisson (a
 # capacity is a rate), trace replays are not searched (their rate is the trace's).
@@ -120,13 +130,15 @@ def at_rate(scenario: Mapping[str, Any], rate_per_s: float) -> dict[str, Any]:
 Judge = Callable[[dict[str, Any]], tuple[list[str], dict[str, Any]]]
 
 
-def _estimate_meets(scenario: Mapping[str, Any], targets: Mapping[str, float]
+def _estimate_meets(scenario: Mapping[str, Any], targets: Mapping[str, float],
+                    profiles: Mapping[str, Hardware] | None = None
                     ) -> tuple[Callable[[float], bool], float]:
     """(does the estimate meet the SLO at a rate, the estimated capacity in requests/s)."""
     import simulator
 
     def est(rate: float) -> Any:
-        return simulator.estimate(simulator.load_scenario(at_rate(scenario, rate)))
+        return simulator.estimate(simulator.load_scenario(at_rate(scenario, rate)),
+                                  profiles=profiles)
 
     cap = est(1e-3).capacity_per_s
 
@@ -138,10 +150,13 @@ def _estimate_meets(scenario: Mapping[str, Any], targets: Mapping[str, float]
 
 
 def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float],
-                      pessimistic: bool = False) -> tuple[list[str], dict[str, Any]]:
+                      pessimistic: bool = False,
+                      profiles: Mapping[str, Hardware] | None = None
+                      ) -> tuple[list[str], dict[str, Any]]:
     """Why one simulated run of `scenario` misses the SLO (empty: it meets it), and the run's
     results.csv columns. `pessimistic`: on the GPU profile's pessimistic edge (every
-    efficiency scaled down by the profile's stated spread, validation/uncertainty.py)."""
+    efficiency scaled down by the profile's stated spread, validation/uncertainty.py);
+    `profiles`: calibrated profiles standing in for shipped ones by name."""
     import simulator
     from simulator.hardware.profile import load_hardware
     from simulator.sweep.slo import slo_failures
@@ -149,8 +164,10 @@ def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float],
     from simulator.validation.uncertainty import perturbed
 
     loaded = simulator.load_scenario(scenario)
-    hw = perturbed(load_hardware(loaded.scenario.hardware.gpu), -1) if pessimistic else None
-    result = simulator.simulate(loaded, hardware=hw)
+    gpu = loaded.scenario.hardware.gpu
+    own = (profiles or {}).get(gpu) or load_hardware(gpu)
+    hw = perturbed(own, -1) if pessimistic else None
+    result = simulator.simulate(loaded, hardware=hw, profiles=profiles)
     row = flatten(result.to_dict())
     why = slo_failures(row, targets)
     growth = wait_growth(result.requests["arrival_s"], result.requests["scheduled_s"])
@@ -171,9 +188,10 @@ def wait_growth(arrival_s: npt.NDArray[np.float64], scheduled_s: npt.NDArray[np.
 
 
 def _estimate_bracket(scenario: Mapping[str, Any], targets: Mapping[str, float],
-                      rel_tol: float) -> tuple[float, float]:
+                      rel_tol: float, profiles: Mapping[str, Hardware] | None = None
+                      ) -> tuple[float, float]:
     """(the estimate's highest rate meeting the SLO, 0 if none; its capacity), by bisection."""
-    meets, cap = _estimate_meets(scenario, targets)
+    meets, cap = _estimate_meets(scenario, targets, profiles)
     if meets(cap * (1 - 1e-6)):
         return cap * (1 - 1e-6), cap
     lo, hi = 0.0, cap
@@ -187,12 +205,14 @@ def _estimate_bracket(scenario: Mapping[str, Any], targets: Mapping[str, float],
 
 def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
                  rel_tol: float = 0.05, max_simulations: int = 8,
-                 judge: Judge | None = None, pessimistic: bool = False) -> Capacity:
+                 judge: Judge | None = None, pessimistic: bool = False,
+                 profiles: Mapping[str, Hardware] | None = None) -> Capacity:
     """The highest rate meeting `targets` ('ttft_s.p99' -> seconds, ...): the estimate's
     bisection brackets it, the simulation (`judge`, for tests) settles it within `rel_tol`;
-    `pessimistic` judges on the GPU's pessimistic profile."""
-    judge = judge or (lambda s: simulate_failures(s, targets, pessimistic))
-    lo_e, cap = _estimate_bracket(scenario, targets, rel_tol)
+    `pessimistic` judges on the GPU's pessimistic profile; `profiles` (a calibration's)
+    stand in for shipped profiles by name in the estimate and the simulations alike."""
+    judge = judge or (lambda s: simulate_failures(s, targets, pessimistic, profiles))
+    lo_e, cap = _estimate_bracket(scenario, targets, rel_tol, profiles)
     start = lo_e if lo_e > 0 else cap * 0.05
     lo, hi, why_hi, runs, best = 0.0, None, "", 0, {}
     rate, step = start, FIRST_STEP
@@ -218,18 +238,45 @@ def slo_capacity(scenario: Mapping[str, Any], targets: Mapping[str, float], *,
             rate = (lo + hi) / 2
     return Capacity(lo, hi is not None and lo > 0, hi, runs, lo_e, why_hi, at_capacity=best)
 
-def _search(job: tuple[dict[str, Any], dict[str, float], bool]) -> Capacity:
+def recorded_gpu_values(manifest: Mapping[str, Any], where: str) -> tuple[GpuValue, ...]:
+    """The calibrated GPU values a sweep.json records (pipeline.manifest_of), checked: one
+    InputError line naming the file and what is wrong."""
+    raw = manifest.get("calibrated_gpu_values", [])
+    out: list[GpuValue] = []
+    for i, v in enumerate(raw if isinstance(raw, list) else [raw]):
+        ok = (isinstance(v, list) and len(v) == 4 and all(isinstance(x, str) for x in v[:2])
+              and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v[2:]))
+        if not ok:
+            raise InputError(f"{where}: calibrated_gpu_values[{i}]: {v!r} is not [GPU, key "
+                             f"path, value, shipped value]; rerun the sweep")
+        out.append((v[0], v[1], float(v[2]), float(v[3])))
+    return tuple(out)
+
+
+def calibrated_profiles(gpu_values: GpuValues) -> dict[str, Hardware]:
+    """The calibrated profiles a sweep ran on, by GPU name, from its recorded GPU values."""
+    from simulator.calibration.applied import calibrated_profile
+
+    by_gpu: dict[str, dict[str, float]] = {}
+    for gpu, key, value, _ in gpu_values:
+        by_gpu.setdefault(gpu, {})[key] = value
+    return {gpu: calibrated_profile(gpu, values) for gpu, values in by_gpu.items()}
+
+
+def _search(job: tuple[dict[str, Any], dict[str, float], bool, GpuValues]) -> Capacity:
     """One config's search (module level: a worker process runs it)."""
-    scenario, targets, pessimistic = job
-    return slo_capacity(scenario, targets, pessimistic=pessimistic)
+    scenario, targets, pessimistic, gpu_values = job
+    profiles = calibrated_profiles(gpu_values) if gpu_values else None
+    return slo_capacity(scenario, targets, pessimistic=pessimistic, profiles=profiles)
 
 
 def search_all(scenarios: Sequence[dict[str, Any]], targets: Mapping[str, float], *,
                pessimistic: bool = False, workers: int = 1,
-               on_done: Callable[[], None] | None = None) -> list[Capacity]:
+               on_done: Callable[[], None] | None = None,
+               gpu_values: GpuValues = ()) -> list[Capacity]:
     """Each scenario's capacity, in order, on `workers` processes (the searches share
-    nothing, so they spread over cores)."""
-    jobs = [(dict(s), dict(targets), pessimistic) for s in scenarios]
+    nothing, so they spread over cores); on the calibrated profiles of `gpu_values`."""
+    jobs = [(dict(s), dict(targets), pessimistic, tuple(gpu_values)) for s in scenarios]
     out: list[Capacity] = []
     if workers <= 1 or len(jobs) <= 1:
         results: Iterator[Capacity] = map(_search, jobs)
@@ -259,11 +306,13 @@ def sweep_configs(rows: Sequence[Mapping[str, Any]], sweep_dir: Path
 
 def sweep_capacities(rows: Sequence[Mapping[str, Any]], sweep_dir: Path,
                      targets: Mapping[str, float], on_done: Callable[[], None] | None = None,
-                     pessimistic: bool = False, workers: int = 1) -> dict[str, Capacity]:
+                     pessimistic: bool = False, workers: int = 1,
+                     gpu_values: GpuValues = ()) -> dict[str, Capacity]:
     """Point id -> its config's capacity (sweep_configs: each config searched once, on
-    `workers` processes)."""
+    `workers` processes), on the calibrated profiles the sweep ran on (`gpu_values`, its
+    sweep.json's `calibrated_gpu_values`)."""
     key_of, configs = sweep_configs(rows, sweep_dir)
     found = search_all(list(configs.values()), targets, pessimistic=pessimistic,
-                       workers=workers, on_done=on_done)
+                       workers=workers, on_done=on_done, gpu_values=gpu_values)
     done = {k: replace(c, config=k) for k, c in zip(configs, found, strict=True)}
     return {pid: done[key] for pid, key in key_of.items()}

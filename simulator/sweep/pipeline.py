@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from simulator.calibration.applied import Applied
+from simulator.calibration.applied import Applied, GpuValue
 from simulator.calibration.host_costs import calibrated
 from simulator.errors import InputError
 from simulator.hardware.profile import Hardware
@@ -214,7 +214,7 @@ def run_sweep(
         profiles = dict(calibration.profiles) if calibration and calibration.profiles else None
         return _run_into(out, spec, expansion, backend, workers, resume, fresh, ray_address,
                          prices or {}, x, y, progress_stream, evaluate, skip_bad_rows, opts,
-                         profiles)
+                         profiles, calibration.gpu_values if calibration else ())
     except (SweepBusyError, StoreExistsError):
         raise
     except OutputError as exc:  # a full disk, a read-only folder: the stored points stay
@@ -254,16 +254,19 @@ def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, wo
               resume: bool, fresh: bool, ray_address: str | None, prices: Mapping[str, float],
               x: Axis, y: Axis, progress_stream: IO[str] | None, evaluate: Evaluate,
               skip_bad_rows: bool, opts: _Screen = _Screen(),
-              profiles: Mapping[str, Hardware] | None = None) -> SweepOutcome:
+              profiles: Mapping[str, Hardware] | None = None,
+              gpu_values: Sequence[GpuValue] = ()) -> SweepOutcome:
     """Run the points still to do into `out` under its lock, then write the outputs
-    (`profiles`: calibrated GPU profiles every run uses in place of the shipped ones)."""
+    (`profiles`: calibrated GPU profiles every run uses in place of the shipped ones, made
+    from `gpu_values`, which sweep.json records for the commands that rerun its points)."""
     make_folder(out)
     for name in OUTPUT_NAMES:  # refused before any point runs, not after the last one
         refuse_link(out / name)
     with ResultStore(out / STORE_NAME, resume=resume, fresh=fresh) as store:
         if not fresh:
             check_same_sweep(out, spec)
-        write_atomic(out / MANIFEST, json.dumps(manifest_of(spec, expansion), indent=2) + "\n")
+        write_atomic(out / MANIFEST,
+                     json.dumps(manifest_of(spec, expansion, None, gpu_values), indent=2) + "\n")
         notes = []
         if store.torn_bytes:
             notes.append(f"store: ignored a torn last line ({store.torn_bytes} bytes) from an "
@@ -305,12 +308,13 @@ def _run_into(out: Path, spec: SweepSpec, expansion: Expansion, backend: str, wo
                                len(expansion.points) - len(todo), len(tasks), counts["ok"],
                                counts["error"], counts["dropped"], x=x, y=y, store_notes=notes,
                                screen_s=screen_s, frontier_slo=targets)
-        finalize(out, spec, expansion, records, prices, outcome)  # still under the lock
+        finalize(out, spec, expansion, records, prices, outcome, gpu_values)  # under the lock
     return outcome
 
 
 def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[str, Record],
-             prices: Mapping[str, float], outcome: SweepOutcome) -> None:
+             prices: Mapping[str, float], outcome: SweepOutcome,
+             gpu_values: Sequence[GpuValue] = ()) -> None:
     """Compact the store into results.csv and frontier.csv (atomically); the report layer,
     above this one, draws report.html from them (`frontier sweep` asks it to)."""
     points = expansion.points
@@ -329,16 +333,18 @@ def finalize(out: Path, spec: SweepSpec, expansion: Expansion, records: Mapping[
     outcome.dropped, outcome.examples = _merge_drops(expansion, points, records)
     outcome.screened = Counter(str(r.get("reason")) for r in records.values()
                                if r["point_status"] == screen_mod.STATUS)
-    manifest = manifest_of(spec, expansion, outcome)
+    manifest = manifest_of(spec, expansion, outcome, gpu_values)
     write_atomic(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     outcome.written = [str(out / "results.csv"), str(out / "frontier.csv")]
     outcome.written.append(f"{out / 'points'}/ ({len(points)} scenarios)")
 
 
-def manifest_of(spec: SweepSpec, expansion: Expansion,
-                outcome: SweepOutcome | None = None) -> dict[str, Any]:
+def manifest_of(spec: SweepSpec, expansion: Expansion, outcome: SweepOutcome | None = None,
+                gpu_values: Sequence[GpuValue] = ()) -> dict[str, Any]:
     """sweep.json: what the other commands need. Written when a sweep starts (so a later
-    --resume knows which sweep file the folder holds) and again, whole, when it ends."""
+    --resume knows which sweep file the folder holds) and again, whole, when it ends; with
+    a calibration's GPU values, `calibrated_gpu_values` ([GPU, key, value, shipped], ...)
+    so recommend's capacity search reruns its points on the same profiles."""
     x = outcome.x if outcome else DEFAULT_X
     y = outcome.y if outcome else DEFAULT_Y
     dropped = outcome.dropped if outcome else expansion.dropped
@@ -354,6 +360,7 @@ def manifest_of(spec: SweepSpec, expansion: Expansion,
         "frontier_within_slo": dict(outcome.frontier_slo) if outcome else {},
         "x": {"column": x.column, "maximize": x.maximize, "label": x.label},
         "y": {"column": y.column, "maximize": y.maximize, "label": y.label},
+        **({"calibrated_gpu_values": [list(v) for v in gpu_values]} if gpu_values else {}),
     }
 
 
