@@ -38,7 +38,7 @@ def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]
     main(["lesson"])
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["batch-size", "tp-vs-dp", "quantization", "speculative",
-                     "disaggregation", "jagged"]
+                     "disaggregation", "jagged", "traffic"]
 
 
 def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -252,6 +252,33 @@ def test_jagged_names_the_kv_arithmetic_and_prints_plain_numbers(runs: dict) -> 
     assert not re.search(r"\(([\d.]+) → \1 ms of ([\d.]+) → \2 ms\)", text), text
 
 
+def test_traffic_winners_are_read_off_the_rows(runs: dict) -> None:
+    """Each (traffic, SLO tier) sentence names the point that meets the tier with the most
+    output tokens/s per GPU among that traffic's rows (recomputed here from results.csv), and
+    the page says the winner changes exactly when the winning layouts differ."""
+    from simulator.lessons.core import lesson_spec
+    from simulator.lessons.traffic import LAYOUT, TRAFFIC, derive, tiers, winner
+
+    headlines, page = runs["traffic"]
+    rows = [{**r, **derive(r)} for r in _rows(page)]
+    spec = lesson_spec(LESSONS["traffic"], (), quick=True)
+    layouts = set()
+    traffics = sorted({str(r[TRAFFIC]) for r in rows})
+    assert len(traffics) == 4, traffics
+    for traffic in traffics:
+        line = next(h for h in headlines if h.startswith(traffic.capitalize() + " — "))
+        for tier in tiers(spec):
+            w = winner([r for r in rows if r[TRAFFIC] == traffic], tier)
+            if w is None:
+                assert f"{tier.describe()}: no point meets it" in line
+                continue
+            layouts.add(w[LAYOUT])
+            assert (f"{tier.describe()}: {w[LAYOUT]} at {_n(w, 'workload.arrival.concurrency'):.0f}"
+                    f" in flight, {_n(w, 'output_tokens_per_s_per_gpu'):.0f} output") in line
+    changes = any(h.startswith("The winner changes") for h in headlines)
+    assert changes == (len(layouts) > 1), layouts
+
+
 def test_every_page_opens_with_what_ran(runs: dict) -> None:
     """Model, GPU, formats, workload, SLO, what was swept and the command, first on the page;
     the rerun suggestion writes to a new folder, never over the page being read."""
@@ -279,5 +306,6 @@ def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
     breakdown drawn, plus the lesson's own figures (speed-up; goodput per traffic mix)."""
     from test_report import check_in_browser
 
-    plots = {"quantization": 4, "speculative": 5, "disaggregation": 6, "jagged": 4}
+    plots = {"quantization": 4, "speculative": 5, "disaggregation": 6, "jagged": 4,
+             "traffic": 6}
     check_in_browser([(path, plots.get(name, 3)) for name, (_, path) in runs.items()])

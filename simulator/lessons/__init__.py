@@ -7,6 +7,7 @@ from simulator.lessons import (
     quantization,
     speculative,
     tp_vs_dp,
+    traffic,
 )
 from simulator.lessons.core import Lesson, run_lesson
 
@@ -50,6 +51,15 @@ LESSONS: dict[str, Lesson] = {
         "makes a large jump, located and explained from the step breakdown.",
         "workload.arrival.concurrency", jagged.analyze, quick_keep=9,
         quick_requests=160),
+    "traffic": Lesson(
+        "traffic",
+        "No config is best for every workload: one model on eight GPUs under chat, code "
+        "completion, summarization and reasoning traffic, and the winner of each SLO tier.",
+        traffic.LAYOUT, traffic.analyze, quick_requests=160,
+        quick_keep_by={traffic.INPUTS: 4, "deployment.tensor_parallel": 3,
+                       traffic.LOAD: 4},
+        facet_by=traffic.TRAFFIC, derive=traffic.derive, rerun=("model=qwen3-32b",),
+        label_axes=(traffic.LOAD,)),
 }
 
 __all__ = ["LESSONS", "Lesson", "run_lesson"]
