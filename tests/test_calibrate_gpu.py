@@ -208,7 +208,7 @@ def _capacity_follows_the_calibrated_profile(tmp_path: Path, point_id: str,
                                  {"calibrated_gpu_values": [["b200", 0.7]]},
                                  {"calibrated_gpu_values": "b200"}])
 def test_a_bad_recorded_gpu_value_is_one_line(bad: dict[str, object]) -> None:
-    with pytest.raises(InputError, match="sweep.json: calibrated_gpu_values") as err:
+    with pytest.raises(InputError, match=r"sweep\.json: calibrated_gpu_values") as err:
         recorded_gpu_values(bad, "sweep.json")
     assert "\n" not in str(err.value)
 

@@ -38,7 +38,7 @@ def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]
     main(["lesson"])
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["batch-size", "tp-vs-dp", "quantization", "speculative",
-                     "disaggregation", "jagged", "traffic"]
+                     "disaggregation", "jagged", "stack", "traffic"]
 
 
 def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -250,6 +250,44 @@ def test_jagged_names_the_kv_arithmetic_and_prints_plain_numbers(runs: dict) -> 
     assert f"= {fits} requests fit" in text and f"{per // 16} blocks of 16" in text
     assert not re.search(r"\d[eE][+-]\d", text), text
     assert not re.search(r"\(([\d.]+) → \1 ms of ([\d.]+) → \2 ms\)", text), text
+
+
+def test_stack_factors_are_read_off_each_frontier(runs: dict) -> None:
+    """The per-user speed each stage gives at half the baseline's best tokens/s per GPU is the
+    stage's own frontier there (recomputed from results.csv), each step's factor is the ratio
+    of two of them and the compound factor their running product; a stage serving fewer
+    tokens/s per GPU than the one before at the heaviest load is said not to multiply."""
+    import re
+
+    from simulator.lessons.stack import GPU, LOAD, STAGE, USER, derive
+    from simulator.sweep.frontier import speed_at_throughput
+
+    headlines, page = runs["stack"]
+    rows = [{**r, **derive(r)} for r in _rows(page)]
+    names = list(dict.fromkeys(str(r[STAGE]) for r in rows))
+    assert len(names) == 5, names
+    base = [r for r in rows if r[STAGE] == names[0]]
+    target = max(_n(r, GPU) for r in base) / 2
+    line = next(h for h in headlines if h.startswith(f"At {target:.0f} output tokens/s per GPU"))
+    speeds = []
+    for name in names:
+        pts = [(_n(r, USER), _n(r, GPU)) for r in rows if r[STAGE] == name]
+        v = speed_at_throughput(pts, target)
+        assert v is not None
+        speeds.append(v)
+        # ≥: every point of the stage carries more than the mark (read at its lightest load)
+        assert (f"{name}: {v:.0f} tokens/s" in line or f"{name}: ≥{v:.0f} tokens/s" in line), (
+            name, line)
+    for i, name in enumerate(names[1:], 1):
+        assert f"{name} ×{speeds[i] / speeds[i - 1]:.2f} (×{speeds[i] / speeds[0]:.2f} in all)" \
+            in line, name
+    heavy = max(_n(r, LOAD) for r in rows)
+    at = {str(r[STAGE]): r for r in rows if _n(r, LOAD) == heavy}
+    for prev, cur in itertools.pairwise(names):
+        worse = _n(at[cur], GPU) < _n(at[prev], GPU)
+        said = any(h.startswith(f"{cur} does not multiply throughput") for h in headlines)
+        assert said == worse, cur
+    assert not any(re.search(r"\d[eE][+-]\d", h) for h in headlines)
 
 
 def test_traffic_winners_are_read_off_the_rows(runs: dict) -> None:

@@ -6,6 +6,7 @@ from simulator.lessons import (
     jagged,
     quantization,
     speculative,
+    stack,
     tp_vs_dp,
     traffic,
 )
@@ -51,6 +52,13 @@ LESSONS: dict[str, Lesson] = {
         "makes a large jump, located and explained from the step breakdown.",
         "workload.arrival.concurrency", jagged.analyze, quick_keep=9,
         quick_requests=160),
+    "stack": Lesson(
+        "stack",
+        "The gains multiply: FP8, then FP4 on B200, then speculative decoding, then P/D on the "
+        "same four GPUs, each frontier over the last, and where a step does not multiply.",
+        stack.STAGE, stack.analyze, quick_requests=200,
+        quick_keep_by={"hardware.gpu": 5, stack.LOAD: 5}, derive=stack.derive,
+        rerun=("workload.kind=code",), label_axes=(stack.LOAD,)),
     "traffic": Lesson(
         "traffic",
         "No config is best for every workload: one model on eight GPUs under chat, code "

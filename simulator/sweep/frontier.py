@@ -8,6 +8,7 @@ are all on the frontier. Dominated points stay in results.csv; frontier.csv hold
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -90,6 +91,37 @@ def pareto_mask(xs: Sequence[float | None], ys: Sequence[float | None],
         best_prev = max(best_prev, group_best)
         i = j
     return mask
+
+
+Point = tuple[float, float]  # (output tokens/s per user, output tokens/s per GPU)
+
+
+def pareto_front(points: Sequence[Point]) -> list[Point]:
+    """The frontier of (per-user speed, per-GPU throughput) points, both maximized, once each,
+    by rising per-user speed (so by falling per-GPU throughput)."""
+    mask = pareto_mask([x for x, _ in points], [y for _, y in points])
+    return sorted({p for p, on in zip(points, mask, strict=True) if on})
+
+
+def throughput_at_speed(points: Sequence[Point], speed: float) -> float | None:
+    """Per-GPU throughput of the frontier at a per-user speed target: the line between the
+    two frontier points around it; the frontier's best throughput when every point is faster
+    than the target (a faster point serves a slower target); None when no point reaches it."""
+    front = pareto_front(points)
+    if not front or speed > front[-1][0]:
+        return None
+    if speed <= front[0][0]:
+        return front[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(front):
+        if x0 <= speed <= x1:
+            return y0 + (y1 - y0) * (speed - x0) / (x1 - x0)
+    raise AssertionError("unreachable: speed lies inside the frontier's range")
+
+
+def speed_at_throughput(points: Sequence[Point], throughput: float) -> float | None:
+    """Per-user speed of the frontier at a per-GPU throughput target (throughput_at_speed with
+    the axes swapped): None when no point carries that much."""
+    return throughput_at_speed([(y, x) for x, y in points], throughput)
 
 
 def frontier_rows(rows: Sequence[Row], x: Axis = DEFAULT_X, y: Axis = DEFAULT_Y) -> list[Row]:

@@ -7,40 +7,15 @@ source file's `sweep`, validation/sources/)."""
 from __future__ import annotations
 
 import copy
-import itertools
 from functools import cache
 from typing import Any
 
-from simulator.sweep.frontier import pareto_mask
+from simulator.sweep.frontier import Point, pareto_front, throughput_at_speed
 from simulator.validation import catalog
 from simulator.validation.catalog import SWEEP_METRIC
 
-__all__ = ["SWEEP_METRIC", "predict_sweep_ratio", "side_points", "sweep_rows"]
-
-Point = tuple[float, float]  # (output tokens/s per user, output tokens/s per GPU)
-
-
-def pareto_front(points: list[Point]) -> list[Point]:
-    """The sweep's frontier (sweep/frontier.py, both axes maximized), once each, by rising
-    per-user speed (so by falling per-GPU throughput)."""
-    mask = pareto_mask([x for x, _ in points], [y for _, y in points])
-    return sorted({p for p, on in zip(points, mask, strict=True) if on})
-
-
-def throughput_at_speed(points: list[Point], speed: float) -> float | None:
-    """Per-GPU throughput of the frontier at a per-user speed target: the line between the
-    two frontier points around it; the frontier's best throughput when every point is faster
-    than the target (a faster point serves a slower target); None when no point reaches it."""
-    front = pareto_front(points)
-    if not front or speed > front[-1][0]:
-        return None
-    if speed <= front[0][0]:
-        return front[0][1]
-    for (x0, y0), (x1, y1) in itertools.pairwise(front):
-        if x0 <= speed <= x1:
-            return y0 + (y1 - y0) * (speed - x0) / (x1 - x0)
-    raise AssertionError("unreachable: speed lies inside the frontier's range")
-
+__all__ = ["SWEEP_METRIC", "Point", "pareto_front", "predict_sweep_ratio", "side_points",
+           "sweep_rows", "throughput_at_speed"]
 
 @cache
 def _spec() -> dict[str, Any]:
