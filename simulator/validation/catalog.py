@@ -1,27 +1,30 @@
 """The validation rows, one strict YAML file per published source (validation/sources/).
 
 Each file holds its source's citation once (`source`, `subset`), optional `defaults` (row keys
-every row of the file shares), its shared setups (`goodputs` for goodput-ratio rows, `sweep` for
-concurrency-sweep rows) and its `rows`, in the order they are reported. A row holds its setup
-(the scenario columns rows.py turns into a scenario), its measured value, unit, tolerance,
-`pending` (non-empty: what the simulator still lacks to run it), `note` (assumptions), its
-`likely_cause` (the explanation printed among the largest errors) and, where it is not scored
-through one plain simulation, its own setup: `speculative_setup` (a `deployment.speculative`
-block plus workload / deployment keys merged into its scenario; metric `speedup` divides output
-tokens/s with speculation by the same scenario without it, `acceptance_length` scores the
-simulated mean tokens per verify step), `goodput_ratio` ([numerator, denominator] of the file's
-goodputs, or {min|max: [[n, d], ...]} over a published range) or `sweep_ratio` (two sides of the
-file's sweep and a per-user speed). Files are read in name order; unknown keys are errors, one
-line naming the file, the row id and the key.
+every row of the file shares), `causes` (name -> an explanation, written once however many rows
+name it), its shared setups (`goodputs` for goodput-ratio rows, `sweep` for concurrency-sweep
+rows) and its `rows`, in the order they are reported. A row holds its setup (the scenario
+columns rows.py turns into a scenario), its measured value, unit, tolerance, `pending`
+(non-empty: what the simulator still lacks to run it), `note` (assumptions), its `likely_cause`
+(the explanation printed among the largest errors: a `sign` saying which way the prediction
+misses, the `predicted` value it was written against, a short `text` of its own and/or one of
+the file's `causes`; tests/test_validation_causes.py holds each to the current prediction) and,
+where it is not scored through one plain simulation, its own setup: `speculative_setup` (a
+`deployment.speculative` block plus workload / deployment keys merged into its scenario; metric
+`speedup` divides output tokens/s with speculation by the same scenario without it,
+`acceptance_length` scores the simulated mean tokens per verify step), `goodput_ratio`
+([numerator, denominator] of the file's goodputs, or {min|max: [[n, d], ...]} over a published
+range) or `sweep_ratio` (two sides of the file's sweep and a per-user speed). Files are read in
+name order; unknown keys are errors, one line naming the file, the row id and the key.
 """
 
 from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import InputError
 from simulator.inputs.yamlfile import load_yaml_mapping
@@ -47,6 +50,9 @@ FIELD_ORDER = (
     "measured", "unit", "tolerance_pct", "pending", "note", "expert_parallel",
     "length_min_ratio", "gpu_memory_utilization", "recv_interval_steps", "keep_bf16",
 )
+# Length limits of the explanations: a row's own text, a cause of the file's `causes`.
+ROW_TEXT_MAX = 300
+CAUSE_TEXT_MAX = 2000
 
 
 class _Strict(BaseModel):
@@ -88,6 +94,25 @@ class Sweep(_Strict):
     sides: dict[str, dict[str, Any]]
 
 
+class LikelyCause(_Strict):
+    """Why a row's prediction misses its measurement (or, `within`, why it now meets it).
+    `sign` is the direction the explanation explains: `under` (predicted below measured by more
+    than the row's tolerance), `over` (above by more) or `within`; `predicted` the value the
+    text was written against, in the row's unit; `cause` one of the file's `causes`; `text`
+    what is particular to the row. The test holds sign and predicted to the current run."""
+
+    sign: Literal["under", "over", "within"]
+    predicted: float | None = None
+    cause: str = ""
+    text: Annotated[str, Field(max_length=ROW_TEXT_MAX)] = ""
+
+    @model_validator(mode="after")
+    def _says_why(self) -> LikelyCause:
+        if not (self.cause or self.text):
+            raise ValueError("give a cause (one of the file's causes), a text or both")
+        return self
+
+
 class RowSpec(_Strict):
     id: str
     subset: str
@@ -98,7 +123,7 @@ class RowSpec(_Strict):
     tolerance_pct: float = 3
     pending: str = ""
     note: str = ""
-    likely_cause: str = ""
+    likely_cause: LikelyCause | None = None
     # Why the row cannot test the simulator's fidelity, when it cannot: `in-sample` (a shipped
     # value was fitted to the data it scores), `insensitive` (its prediction does not move with
     # the GPU profile it names); kept out of the headline errors and reported apart, with
@@ -156,6 +181,7 @@ class SourceFile(_Strict):
     source: str
     subset: str
     defaults: dict[str, Any] = {}
+    causes: dict[str, Annotated[str, Field(min_length=1, max_length=CAUSE_TEXT_MAX)]] = {}
     goodputs: dict[str, Goodput] = {}
     sweep: Sweep | None = None
     rows: list[dict[str, Any]]
@@ -164,6 +190,7 @@ class SourceFile(_Strict):
 class Source(_Strict):
     path: Path
     source: str
+    causes: dict[str, str]
     goodputs: dict[str, Goodput]
     sweep: Sweep | None
     rows: list[RowSpec]
@@ -195,10 +222,26 @@ def load_source(path: Path) -> Source:
             row = RowSpec.model_validate(merged)
         except ValidationError as exc:
             raise _fail(path, f"row {rid}: ", exc) from None
+        _check_cause(path, row, head)
         _check_setup(path, row, head)
         rows.append(row)
-    return Source(path=path, source=head.source, goodputs=head.goodputs, sweep=head.sweep,
-                  rows=rows)
+    named = {r.likely_cause.cause for r in rows if r.likely_cause is not None}
+    for name in head.causes:
+        if name not in named:
+            raise InputError(f"{path}: causes.{name}: no row's likely_cause names it")
+    return Source(path=path, source=head.source, causes=head.causes, goodputs=head.goodputs,
+                  sweep=head.sweep, rows=rows)
+
+
+def _check_cause(path: Path, row: RowSpec, head: SourceFile) -> None:
+    lc = row.likely_cause
+    if lc is None:
+        return
+    where = f"{path}: row {row.id}: likely_cause"
+    if row.pending:
+        raise InputError(f"{where}: a pending row is not scored; say why in its pending")
+    if lc.cause and lc.cause not in head.causes:
+        raise InputError(f"{where}.cause: no cause {lc.cause!r} in the file's causes")
 
 
 def _check_setup(path: Path, row: RowSpec, head: SourceFile) -> None:
@@ -226,14 +269,20 @@ def _check_setup(path: Path, row: RowSpec, head: SourceFile) -> None:
 
 @cache
 def sources(folder: Path = SOURCES) -> tuple[Source, ...]:
-    """Every source file of the folder, in file-name order; row ids unique across them."""
+    """Every source file of the folder, in file-name order; row ids and cause names unique
+    across them."""
     out = tuple(load_source(p) for p in sorted(folder.glob("*.yaml")))
     seen: dict[str, Path] = {}
+    named: dict[str, Path] = {}
     for s in out:
         for r in s.rows:
             if r.id in seen:
                 raise InputError(f"{s.path}: row {r.id}: id also in {seen[r.id]}")
             seen[r.id] = s.path
+        for name in s.causes:
+            if name in named:
+                raise InputError(f"{s.path}: causes.{name}: name also in {named[name]}")
+            named[name] = s.path
     return out
 
 
@@ -281,5 +330,11 @@ def sweep_spec() -> dict[str, Any]:
     }
 
 
-def likely_causes() -> dict[str, str]:
-    return {r.id: r.likely_cause for r in all_rows() if r.likely_cause}
+def likely_causes() -> dict[str, LikelyCause]:
+    """Row id -> its likely cause, for the rows that give one."""
+    return {r.id: r.likely_cause for r in all_rows() if r.likely_cause is not None}
+
+
+def shared_causes() -> dict[str, str]:
+    """Cause name -> its text, over every source file (names are unique across them)."""
+    return {name: text for s in sources() for name, text in s.causes.items()}

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.validation.catalog import likely_causes
+from simulator.validation.catalog import likely_causes, shared_causes
 from simulator.validation.ranking import Point, RankedPair, ranked_pairs, ranking_markdown
 from simulator.validation.rows import Row, load_rows, metric_class, metric_value
 from simulator.validation.slo_rate import RATIO_METRIC, predict_ratio
@@ -230,6 +230,29 @@ def checks_table(result: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def likely_cause_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row (its error, its own text, the shared cause it names), then each named
+    cause's text once; a row without a likely_cause is marked not analysed."""
+    explained, shared = likely_causes(), shared_causes()
+    lines: list[str] = []
+    named: list[str] = []
+    for r in rows:
+        lc = explained.get(r["id"])
+        if lc is None:
+            lines.append(f"- {r['id']} ({r['error']:+.1%}): unknown: not yet analysed")
+            continue
+        text = lc.text
+        if lc.cause:
+            text = f"{text} (cause: {lc.cause})" if text else f"cause: {lc.cause}"
+            if lc.cause not in named:
+                named.append(lc.cause)
+        lines.append(f"- {r['id']} ({r['error']:+.1%}): {text}")
+    if named:
+        lines += ["", "The causes these rows name (each source file's `causes`):", ""]
+        lines += [f"- {name}: {shared[name]}" for name in named]
+    return lines
+
+
 def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = None) -> str:
     """REPORT.md: per-metric errors, the cause-by-cause ablation section when given
     (validation/ablation.py), every row, the groups, the largest errors with their likely
@@ -282,11 +305,7 @@ def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = N
         cov = result["band_coverage"]
         lines += ["", f"The uncertainty band covers the measurement on {cov:.0%} of rows."]
     lines += ["", "## Largest errors and their likely causes", ""]
-    causes = likely_causes()
-    worst = sorted(result["rows"], key=lambda r: -abs(r["error"]))[:8]
-    for r in worst:
-        cause = causes.get(r["id"], "unknown: not yet analysed")
-        lines.append(f"- {r['id']} ({r['error']:+.1%}): {cause}")
+    lines += likely_cause_lines(sorted(result["rows"], key=lambda r: -abs(r["error"]))[:8])
     lines += ["", "## Pending rows (need a technique not simulated yet)", ""]
     lines += [f"- {p['id']}: {p['pending']}" for p in result["pending"]]
     return "\n".join(lines) + "\n"
