@@ -22,6 +22,7 @@ COMMANDS = {
     "bench": "simulator.cli.bench:bench",
     "bench-capacity": "simulator.cli.sweep:bench_capacity",
     "bench-scale": "simulator.cli.bench:bench_scale",
+    "bench-validate": "simulator.cli.bench:bench_validate",
     "bench-sweep": "simulator.cli.sweep:bench_sweep",
     "calibrate": "simulator.cli.calibrate:calibrate",
     "estimate": "simulator.cli.estimate:estimate",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 
@@ -29,4 +31,22 @@ def bench_scale(num_requests: int, steps: int) -> None:
     from simulator.bench.engine import run_bench_scale
 
     for line in run_bench_scale(num_requests, steps):
+        click.echo(line)
+
+
+@click.command("bench-validate")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--sample", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Runs drawn (seeded) for the simulation; the estimate scores them all.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True)
+def bench_validate(files: tuple[Path, ...], sample: int, seed: int, repeat: int,
+                   workers: int) -> None:
+    """Benchmark scoring measured runs: all with the estimate, a sample with the simulation
+    (wall and CPU medians, the machine's load, the rate carried over to the whole file)."""
+    from simulator.bench.validate import run_validate_bench
+
+    for line in run_validate_bench(list(files), sample, seed, repeat, workers):
         click.echo(line)

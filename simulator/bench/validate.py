@@ -1,0 +1,67 @@
+"""Speed of scoring measured runs (`validate --measurements`, calibrate's inner loop): every run
+of a file through the closed-form estimate, and a seeded sample through the simulation, timed
+as a whole (wall and CPU seconds, this process and its workers, medians over repeats) with the
+machine's load beside the figures and the rate carried over to the whole file."""
+
+from __future__ import annotations
+
+import random
+import resource
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+# Issue 37's targets for the 3,028 runs of the calibration file on two cores.
+TARGET_S = {"estimate": 10.0, "simulate": 180.0}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished workers."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(work: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of `repeat` calls of `work`."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), _cpu_s()
+        work()
+        walls.append(time.perf_counter() - w0)
+        cpus.append(_cpu_s() - c0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def run_validate_bench(paths: Sequence[Path], sample: int, seed: int, repeat: int,
+                       workers: int) -> Iterator[str]:
+    """Score every run of `paths` with the estimate and `sample` of them (seeded) with the
+    simulation, each on `workers` processes."""
+    from simulator.bench.engine import machine
+    from simulator.measured.detect import read_measurements
+    from simulator.measured.scenario import map_run
+    from simulator.measured.scoring import score_all
+
+    runs = read_measurements(list(paths))
+    mapped = [map_run(r, None) for r in runs]
+    total = len(mapped)
+    drawn = random.Random(seed).sample(mapped, min(sample, total))
+    yield (f"bench-validate: {total} runs of {', '.join(str(p) for p in paths)}; estimate "
+           f"on all, simulate on {len(drawn)} drawn with seed {seed}; {workers} process(es); "
+           f"machine: {machine()}")
+    for method, chosen in (("estimate", mapped), ("simulate", drawn)):
+        records: list[dict[str, Any]] = []
+
+        def work(method: str = method, chosen: list[Any] = chosen,
+                 records: list[dict[str, Any]] = records) -> None:
+            records[:] = score_all(chosen, method, workers)
+
+        wall, cpu = timed(work, repeat)
+        scored = sum(r["status"] == "scored" for r in records)
+        per_run = wall / max(1, len(chosen))
+        yield (f"{method}: {len(chosen)} runs ({scored} scored) in {wall:.2f} s wall, "
+               f"{cpu:.2f} s CPU (medians of {repeat}); {len(chosen) / wall:.1f} runs/s; all "
+               f"{total} runs at this rate: {total * per_run:.0f} s (target <= "
+               f"{TARGET_S[method]:.0f} s for the calibration file's 3,028)")
