@@ -71,3 +71,32 @@ def test_a_check_needs_its_reason_and_a_known_kind(extra: str, tmp_path: Path) -
     with pytest.raises(InputError, match="r1") as err:
         load_source(path)
     assert "\n" not in str(err.value)
+
+
+def test_part_errors_are_each_parts_own() -> None:
+    """A ratio measured 1.6 / 10 = 0.16 and predicted 4.8 / 30 = 0.16 is exact as a ratio but
+    each part is +200 %: the parts carry their own errors."""
+    row = Row("r", "s", "src", "m-1", "a100-sxm", "slo_rate_ratio", 0.16, "x", 3, "", "",
+              {"weights": "fp16"}, measured_parts=(1.6, 10.0), parts_unit="req/s")
+    s = Scored(row, 0.16, None, None, (4.8, 30.0))
+    assert s.error == pytest.approx(0.0)
+    assert s.part_errors == pytest.approx((2.0, 2.0))
+    assert Scored(row, 0.16, None, None).part_errors is None
+
+
+def test_ratio_parts_are_scored_in_the_headline() -> None:
+    """Every row that publishes its parts is scored on them: the predicted ratio is the ratio
+    of the predicted parts, and `ratio parts` counts two errors per such row."""
+    from simulator.validation.runner import run_validation
+
+    rows = [r for r in load_rows() if r.measured_parts is not None]
+    assert {r.id for r in rows} >= {"disagg-00", "disagg-01", "disagg-02"}
+    result = run_validation(subset=None)
+    scored = {r["id"]: r for r in result["rows"]}
+    for row in rows:
+        parts = scored[row.id]["parts"]
+        assert parts is not None and parts["measured"] == list(row.measured_parts or ())
+        num, den = parts["predicted"]
+        assert scored[row.id]["predicted"] == pytest.approx(num / den, rel=1e-12)
+    headline = [r for r in rows if r.check is None]
+    assert result["groups"]["measures"]["ratio parts"]["rows"] == 2 * len(headline)

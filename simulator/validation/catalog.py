@@ -130,6 +130,10 @@ class RowSpec(_Strict):
     # `check_reason`. Acceptance-only rows are sampler checks by their metric.
     check: Literal["in-sample", "insensitive"] | None = None
     check_reason: str = ""
+    # A ratio row's published numerator and denominator (in `parts_unit`): scored too, so a
+    # ratio that is right because two parts are wrong alike shows it (issue 29).
+    measured_parts: tuple[float, float] | None = None
+    parts_unit: str = ""
     model: str = ""
     gpu: str = ""
     weights: str = ""

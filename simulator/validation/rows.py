@@ -26,6 +26,8 @@ class Row:
     fields: dict[str, str]
     check: str | None = None  # in-sample | insensitive | sampler: out of the headline errors
     check_reason: str = ""
+    measured_parts: tuple[float, float] | None = None  # a ratio's numerator and denominator
+    parts_unit: str = ""
 
     @property
     def weights(self) -> str:
@@ -143,6 +145,8 @@ def load_rows(folder: Path = catalog.SOURCES) -> list[Row]:
             fields=r.fields(),
             check="sampler" if r.metric == ACCEPTANCE_METRIC else r.check,
             check_reason=SAMPLER_REASON if r.metric == ACCEPTANCE_METRIC else r.check_reason,
+            measured_parts=r.measured_parts,
+            parts_unit=r.parts_unit,
         )
         for s in catalog.sources(folder)
         for r in s.rows

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -12,8 +12,13 @@ from typing import Any
 from simulator.validation.catalog import likely_causes, shared_causes
 from simulator.validation.ranking import Point, RankedPair, ranked_pairs, ranking_markdown
 from simulator.validation.rows import Row, load_rows, metric_class, metric_value
-from simulator.validation.slo_rate import RATIO_METRIC, predict_ratio
-from simulator.validation.speculative_rows import predict_speculative, speculative_setups
+from simulator.validation.slo_rate import RATIO_METRIC, predict_ratio, ratio_parts
+from simulator.validation.speculative_rows import (
+    SPEEDUP_METRIC,
+    predict_speculative,
+    speculative_setups,
+    speedup_parts,
+)
 from simulator.validation.sweep_rows import SWEEP_METRIC, predict_sweep_ratio
 
 BASELINE = Path(__file__).parent / "baseline.json"
@@ -26,11 +31,20 @@ class Scored:
     predicted: float
     low: float | None
     high: float | None
+    parts: tuple[float, float] | None = None  # a ratio's predicted numerator, denominator
 
     @property
     def error(self) -> float:
         assert self.row.measured is not None
         return self.predicted / self.row.measured - 1.0
+
+    @property
+    def part_errors(self) -> tuple[float, float] | None:
+        """Signed errors of the ratio's numerator and denominator, where both are known."""
+        m = self.row.measured_parts
+        if m is None or self.parts is None:
+            return None
+        return self.parts[0] / m[0] - 1.0, self.parts[1] / m[1] - 1.0
 
     @property
     def covered(self) -> bool | None:
@@ -49,10 +63,14 @@ def predict(row: Row, band: bool = False, cache: Cache | None = None) -> Scored:
     from simulator.validation.uncertainty import simulate_profiles
 
     if row.metric == RATIO_METRIC:
-        return Scored(row, predict_ratio(row.id), None, None)
+        parts = ratio_parts(row.id) if row.measured_parts is not None else None
+        return Scored(row, predict_ratio(row.id), None, None, parts)
     if row.metric == SWEEP_METRIC:
         return Scored(row, predict_sweep_ratio(row.id), None, None)
     if not simulated_row(row):
+        if row.metric == SPEEDUP_METRIC and row.measured_parts is not None:
+            parts = speedup_parts(row.id, row.scenario())
+            return Scored(row, parts[0] / parts[1], None, None, parts)
         return Scored(row, predict_speculative(row.id, row.metric, row.scenario()), None, None)
     setup = {k: v for k, v in row.scenario().items() if k != "name"}
     key = json.dumps(setup, sort_keys=True) + f"|band={band}"
@@ -135,14 +153,34 @@ def run_validation(subset: str | None = None, band: bool = False) -> dict[str, A
                 "low": s.low,
                 "high": s.high,
                 "check": s.row.check,
+                "parts": _parts(s),
             }
             for s in scored
         ],
-        "groups": group_stats(scored) if scored else {},
+        "groups": _with_parts(group_stats(scored), scored) if scored else {},
         "band_coverage": sum(coverage) / len(coverage) if coverage else None,
         "ranking": [asdict(p) for p in ranked_pairs(rank_points(scored))],
         "pending": [{"id": r.id, "pending": r.pending} for r in pending],
     }
+
+
+def _parts(s: Scored) -> dict[str, Any] | None:
+    errors = s.part_errors
+    if errors is None or s.parts is None or s.row.measured_parts is None:
+        return None
+    return {"unit": s.row.parts_unit, "measured": list(s.row.measured_parts),
+            "predicted": list(s.parts), "errors": list(errors)}
+
+
+def _with_parts(groups: dict[str, dict[str, dict[str, float]]], scored: Sequence[Scored]
+                ) -> dict[str, dict[str, dict[str, float]]]:
+    """The headline's per-measure table with `ratio parts`: the absolute numerators and
+    denominators of the ratio rows that publish them, each scored as a quantity of its own."""
+    errors = [e for s in scored if s.row.check is None and (pe := s.part_errors) is not None
+              for e in pe]
+    if errors:
+        groups.setdefault("measures", {}).update(group_stats_errors({"ratio parts": errors}))
+    return groups
 
 
 def rank_points(scored: Iterable[Scored]) -> list[Point]:
@@ -205,6 +243,28 @@ def metric_table(groups: dict[str, dict[str, float]]) -> list[str]:
             f"{'met' if ok else 'missed'} |"
         )
     return lines
+
+
+def parts_table(result: dict[str, Any]) -> list[str]:
+    """Markdown: each ratio row that publishes its parts, with the parts' own errors."""
+    rows = [r for r in result["rows"] if r.get("parts")]
+    if not rows:
+        return []
+    lines = [
+        "Ratios with their parts: a ratio can be right because its numerator and denominator "
+        "are wrong alike, so where the source publishes both they are scored too (`ratio "
+        "parts` above).",
+        "",
+        "| row | ratio error | measured parts | predicted parts | part errors |",
+        "|---|---:|---|---|---|",
+    ]
+    for r in rows:
+        p, unit = r["parts"], r["parts"]["unit"]
+        m = " / ".join(f"{v:.4g}" for v in p["measured"])
+        q = " / ".join(f"{v:.4g}" for v in p["predicted"])
+        e = ", ".join(f"{v:+.1%}" for v in p["errors"])
+        lines.append(f"| {r['id']} | {r['error']:+.1%} | {m} {unit} | {q} {unit} | {e} |")
+    return [*lines, ""]
 
 
 def checks_table(result: dict[str, Any]) -> list[str]:
@@ -275,6 +335,7 @@ def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = N
         *metric_table(result["groups"].get("measures", {})),
         "",
         *checks_table(result),
+        *parts_table(result),
         *(ablation_lines or []),
         *ranking_markdown([RankedPair(**p) for p in result["ranking"]], TARGET_MEDIAN),
         "## Every row",

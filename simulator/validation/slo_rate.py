@@ -13,7 +13,8 @@ from typing import Any
 from simulator.validation import catalog
 from simulator.validation.catalog import RATIO_METRIC
 
-__all__ = ["RATIO_METRIC", "goodput", "max_rate_at_attainment", "predict_ratio", "rate_rows"]
+__all__ = ["RATIO_METRIC", "goodput", "max_rate_at_attainment", "predict_ratio", "rate_rows",
+           "ratio_parts"]
 ATTAINMENT = 0.9
 BISECTION_STEPS = 12  # 2^-12 of the bracket: well below the 0.1 req/s the papers quote
 
@@ -77,6 +78,16 @@ def goodput(name: str) -> float:
 
         rate /= simulator.load_scenario(g["scenario"]).scenario.num_gpus
     return rate
+
+
+def ratio_parts(row_id: str) -> tuple[float, float] | None:
+    """The predicted numerator and denominator goodputs of a [numerator, denominator] row
+    (None for a range over several setups)."""
+    spec = _spec()["rows"][row_id]
+    if isinstance(spec, dict):
+        return None
+    numerator, denominator = spec
+    return goodput(numerator), goodput(denominator)
 
 
 def predict_ratio(row_id: str) -> float:

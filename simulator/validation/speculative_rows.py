@@ -43,7 +43,20 @@ def predict_speculative(row_id: str, metric: str, base: dict[str, Any],
         return float(with_spec["speculative"]["acceptance_length_mean"])
     if metric != SPEEDUP_METRIC:
         return float(with_spec[metric])
+    with_tps, without_tps = speedup_parts(row_id, base, hardware, with_spec)
+    return with_tps / without_tps
+
+
+def speedup_parts(row_id: str, base: dict[str, Any], hardware: Hardware | None = None,
+                  with_spec: dict[str, Any] | None = None) -> tuple[float, float]:
+    """A speed-up row's output tokens/s with speculation and without it (the same scenario);
+    `with_spec`: the speculative run's result when it is already at hand."""
+    import simulator
+
+    spec = speculative_scenario(row_id, base)
+    if with_spec is None:
+        with_spec = simulator.simulate(simulator.load_scenario(spec), hardware=hardware).to_dict()
     plain = copy.deepcopy(spec)
     del plain["deployment"]["speculative"]
     without = simulator.simulate(simulator.load_scenario(plain), hardware=hardware).to_dict()
-    return float(with_spec["output_tokens_per_s"]) / float(without["output_tokens_per_s"])
+    return float(with_spec["output_tokens_per_s"]), float(without["output_tokens_per_s"])
