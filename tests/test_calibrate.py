@@ -260,3 +260,18 @@ def test_lesson_takes_a_calibration(overlay_path: Path, tmp_path: Path) -> None:
                                    str(tmp_path / "l"), "--calibration", str(overlay_path)])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[0].startswith(f"calibration: {overlay_path}")
+
+
+def test_calibrate_confirms_by_simulation(truth_csv: Path, tmp_path: Path) -> None:
+    """After the fit (on the closed-form estimate), --confirm N simulates N of the runs used on
+    the shipped values and under the overlay and prints both; --confirm 0 skips it."""
+    out = tmp_path / "c.yaml"
+    res = CliRunner().invoke(cli, ["calibrate", str(truth_csv), "--out", str(out), "--folds",
+                                   "3", "--confirm", "4"])
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    assert "confirmed by simulation on 4 of the runs used (seed 0; in sample" in text
+    assert "median |err| before" in text and "tpot.mean" in text.split("confirmed")[1]
+    res = CliRunner().invoke(cli, ["calibrate", str(truth_csv), "--out", str(out), "--folds",
+                                   "3", "--confirm", "0"])
+    assert res.exit_code == 0 and "confirmed by simulation" not in res.stdout

@@ -11,7 +11,7 @@ facts, not free parameters."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from simulator.calibration.host_costs import host_costs
@@ -92,6 +92,15 @@ class Applied:
                 f"{gpu} {key} {shipped:.4g} -> {value:.4g}"
                 for gpu, key, value, shipped in self.gpu_values))
         return ", ".join(parts) or "nothing to apply"
+
+
+def profiles_of(gpu_values: Sequence[GpuValue]) -> dict[str, Hardware]:
+    """The calibrated profiles, by GPU name, that recorded GPU values describe (a sweep's
+    sweep.json, a worker's job): plain data in, so each process rebuilds them itself."""
+    by_gpu: dict[str, dict[str, float]] = {}
+    for gpu, key, value, _ in gpu_values:
+        by_gpu.setdefault(gpu, {})[key] = value
+    return {gpu: calibrated_profile(gpu, values) for gpu, values in by_gpu.items()}
 
 
 def applied(overlay: CalibrationOverlay) -> Applied:

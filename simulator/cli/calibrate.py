@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import numpy as np
@@ -62,9 +62,14 @@ def _signed(v: float | None) -> str:
               help="Use only the first N runs.")
 @click.option("--sample", type=click.IntRange(min=1), default=None,
               help="Use N runs drawn at random (with --seed).")
+@click.option("--confirm", type=click.IntRange(min=0), default=30, show_default=True,
+              help="Then score N of the runs used (drawn with --seed) with the simulation, on "
+              "the shipped values and under the overlay: the fit iterates on the closed-form "
+              "estimate, this says whether the simulation agrees. 0: skip.")
 def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str | None,
               sets: tuple[str, ...], fit_kinds: str, folds: int, seed: int,
-              workers: int | None, limit: int | None, sample: int | None) -> None:
+              workers: int | None, limit: int | None, sample: int | None,
+              confirm: int) -> None:
     """Fit engine host costs (and, with --fit host,gpu, GPU streaming factors) to measured
     runs in FILES; write --out."""
     from simulator.calibration.build import build_overlay, make_header
@@ -100,9 +105,46 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
         raise InputError(f"--out {out}: cannot write ({exc.strerror or exc})") from None
 
     lines = _report(read, len(runs), problem, result, cv, seed)
+    if confirm:
+        lines += _confirm(problem.used, str(target), confirm, seed, workers or os.cpu_count() or 1)
     lines.append(f"\nwrote {out} ({len(overlay.values)} values) in "
                  f"{time.perf_counter() - start:.1f} s (fit and cross-validation {fit_s:.1f} s)")
     click.echo("\n".join(lines))
+
+
+def _confirm(used: list[Any], overlay: str, n: int, seed: int, workers: int) -> list[str]:
+    """Median |error| of each metric over `n` of the runs used, simulated on the shipped values
+    and under the overlay just written (in sample: the fit saw these runs)."""
+    import random
+
+    from simulator.cli.calibration_flag import calibration_applied
+    from simulator.measured.scoring import calibrated_runs, error_stats, score_all
+    from simulator.progress import Progress
+
+    chosen = random.Random(seed).sample(used, min(n, len(used)))
+    applied = calibration_applied(overlay)
+    progress = Progress(2 * len(chosen), label="calibrate: confirming by simulation",
+                        unit="runs")
+    before = score_all(chosen, "simulate", workers, progress)
+    after = score_all(calibrated_runs(chosen, applied.host_costs), "simulate", workers,
+                      progress, applied.gpu_values)
+    progress.close()
+    rows = []
+    for metric in ("ttft.mean", "tpot.mean"):
+        pairs = [(b["errors"][metric], a["errors"][metric]) for b, a in zip(before, after,
+                                                                           strict=True)
+                 if b["status"] == a["status"] == "scored" and metric in b["errors"]
+                 and metric in a["errors"]]
+        if not pairs:
+            continue
+        st_b, st_a = error_stats([b for b, _ in pairs]), error_stats([a for _, a in pairs])
+        rows.append([metric, str(len(pairs)), _pct(st_b["median_abs_error"]),
+                     _pct(st_a["median_abs_error"]), _signed(st_b["median_signed_error"]),
+                     _signed(st_a["median_signed_error"])])
+    return ["", f"confirmed by simulation on {len(chosen)} of the runs used (seed {seed}; in "
+            "sample: the fit saw them): shipped values before, the overlay after",
+            table(["metric", "n", "median |err| before", "after", "median err before",
+                   "after"], rows)]
 
 
 def _fit(problem: RunProblem, folds: int, seed: int,

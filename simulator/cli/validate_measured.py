@@ -33,6 +33,9 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
         mine = {k: kwargs.pop(k) for k in _PARAMS}
         files = [*mine.pop("measurements"), *mine.pop("more_files")]
         if not files:
+            if mine["calibration"] is not None:
+                raise click.UsageError("--calibration applies to --measurements (the "
+                                       "published rows run on the shipped values)")
             return f(**kwargs)
         clash = [k for k in _READ_ONLY if kwargs.get(k)]
         if clash:
@@ -65,6 +68,11 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="Seed of --sample."),
         click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Score in this many processes."),
+        click.option("--calibration", "calibration", type=click.Path(dir_okay=False),
+                     default=None,
+                     help="Score the runs under this calibration overlay (from `frontier "
+                     "calibrate`): its host costs and GPU factors, as simulate and estimate "
+                     "apply them (with --measurements)."),
     ]
     out: Callable[..., None] = wrapper
     for option in reversed(options):  # the first listed shows first in --help
@@ -73,7 +81,7 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
 
 
 _PARAMS = ("measurements", "more_files", "fmt", "scenario", "sets", "method", "limit",
-           "sample", "seed", "workers")
+           "sample", "seed", "workers", "calibration")
 
 
 def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
@@ -105,22 +113,34 @@ def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
 
 def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario: str | None,
                  sets: tuple[str, ...], method: str, limit: int | None, sample: int | None,
-                 seed: int, workers: int) -> None:
-    """Read every file (failing before any scoring), map, score, then print once."""
-    from simulator.measured.scoring import score_all, summarise
+                 seed: int, workers: int, calibration: str | None = None) -> None:
+    """Read every file (failing before any scoring), map, score, then print once; under a
+    calibration, with its host costs in each run's scenario and its GPU profiles in each run,
+    and said on the first line."""
+    from simulator.measured.scoring import calibrated_runs, score_all, summarise
     from simulator.progress import Progress
 
     start = time.perf_counter()
+    gpu_values: tuple[Any, ...] = ()
+    head = None
+    if calibration is not None:  # a bad overlay fails before any file is read
+        from simulator.cli.calibration_flag import calibration_applied, calibration_line
+
+        applied = calibration_applied(calibration)
+        gpu_values, head = applied.gpu_values, calibration_line(calibration)
     _, _, mapped = read_and_map(files, fmt, scenario, sets, limit, sample, seed)
+    if calibration is not None:
+        mapped = calibrated_runs(mapped, applied.host_costs)
     progress = Progress(len(mapped), label="validate", unit="runs")
-    records = score_all(mapped, method, workers, progress)
+    records = score_all(mapped, method, workers, progress, gpu_values)
     progress.close()
     result = {"method": method, "files": [str(f) for f in files],
-              "seconds": time.perf_counter() - start, **summarise(records), "runs": records}
+              "calibration": calibration, "seconds": time.perf_counter() - start,
+              **summarise(records), "runs": records}
     if as_json:
         click.echo(json.dumps(result, indent=2, allow_nan=False))
         return
-    click.echo(measured_text(result))
+    click.echo(((head + "\n") if head else "") + measured_text(result))
 
 
 def _check_user_scenarios(mapped: list[Any]) -> None:

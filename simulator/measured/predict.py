@@ -27,10 +27,11 @@ REFUSAL_CATEGORY = {
 }
 
 
-def score(item: tuple[Mapped, str]) -> dict[str, Any]:
+def score(item: tuple[Mapped, str, tuple[Any, ...]]) -> dict[str, Any]:
     """The JSON-able record of one run: provenance, group, declared defaults, and either its
-    measured, predicted and error figures or why it was refused."""
-    mapped, method = item
+    measured, predicted and error figures or why it was refused (on the calibrated profiles
+    its GPU values describe, where it has any)."""
+    mapped, method, gpu_values = item
     run = mapped.run
     out: dict[str, Any] = {
         "id": run.run_id, "source": run.source, "row": run.row, "format": run.format,
@@ -42,7 +43,7 @@ def score(item: tuple[Mapped, str]) -> dict[str, Any]:
     try:
         if mapped.refused is not None:
             raise mapped.refused
-        predicted, notes = _predict(mapped, method)
+        predicted, notes = _predict(mapped, method, gpu_values)
     except Unsupported as exc:
         return {**out, "status": "refused", "reason": exc.category, "detail": exc.detail}
     except ValueError as exc:  # InputError and the model/layout/memory errors subclass it
@@ -57,13 +58,16 @@ def score(item: tuple[Mapped, str]) -> dict[str, Any]:
             "notes": notes, "seconds": time.perf_counter() - start}
 
 
-def _predict(mapped: Mapped, method: str) -> tuple[dict[str, float], list[str]]:
+def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = ()
+             ) -> tuple[dict[str, float], list[str]]:
     import simulator
+    from simulator.calibration.applied import profiles_of
 
     assert mapped.scenario is not None
     loaded = simulator.load_scenario(mapped.scenario)
+    profiles = profiles_of(gpu_values) if gpu_values else None
     if method == "estimate":
-        est = simulator.estimate(loaded)
+        est = simulator.estimate(loaded, profiles=profiles)
         ms = 1e3
         notes = [] if est.stable else [f"estimate: load above capacity ({est.limit})"]
         return {
@@ -73,7 +77,7 @@ def _predict(mapped: Mapped, method: str) -> tuple[dict[str, float], list[str]]:
             "tpot.p99": est.tpot_p99_s * ms,
             "output_tokens_per_s": est.output_tokens_per_s, "requests_per_s": est.rate_per_s,
         }, notes
-    result = simulator.simulate(loaded)
+    result = simulator.simulate(loaded, profiles=profiles)
     return _window(mapped, loaded, result)
 
 

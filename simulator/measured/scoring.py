@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from simulator.measured.predict import score
 from simulator.measured.scenario import WORKERS_GUESSED, Mapped
 from simulator.progress import Progress
 
+if TYPE_CHECKING:
+    from simulator.calibration.applied import GpuValue
+
 
 def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
-              progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Each run's record, in input order; `workers` > 1 spreads them over processes."""
-    items = [(m, method) for m in mapped]
+              progress: Progress | None = None,
+              gpu_values: Sequence[GpuValue] = ()) -> list[dict[str, Any]]:
+    """Each run's record, in input order; `workers` > 1 spreads them over processes; every
+    run on the calibrated profiles `gpu_values` describe (a calibration's)."""
+    items = [(m, method, tuple(gpu_values)) for m in mapped]
     out: list[dict[str, Any]] = []
     results: Iterable[dict[str, Any]]
     pool = ProcessPoolExecutor(workers) if workers > 1 and len(items) > 1 else None
@@ -32,6 +38,23 @@ def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     return out
+
+
+def calibrated_runs(mapped: Sequence[Mapped], host_costs: Mapping[str, Mapping[str, float]]
+                    ) -> list[Mapped]:
+    """The runs with a calibration's host costs in each scenario that sets none of its own
+    (calibration/host_costs.py, the rule simulate and sweep apply)."""
+    from simulator.calibration.host_costs import calibrated
+
+    def one(m: Mapped) -> Mapped:
+        if m.scenario is None or not host_costs:
+            return m
+        try:
+            return replace(m, scenario=calibrated(m.scenario, host_costs))
+        except ValueError:  # a scenario the schema refuses: scoring lists it as refused
+            return m
+
+    return [one(m) for m in mapped]
 
 
 def error_stats(errors: Sequence[float]) -> dict[str, float]:

@@ -253,20 +253,12 @@ def recorded_gpu_values(manifest: Mapping[str, Any], where: str) -> tuple[GpuVal
     return tuple(out)
 
 
-def calibrated_profiles(gpu_values: GpuValues) -> dict[str, Hardware]:
-    """The calibrated profiles a sweep ran on, by GPU name, from its recorded GPU values."""
-    from simulator.calibration.applied import calibrated_profile
-
-    by_gpu: dict[str, dict[str, float]] = {}
-    for gpu, key, value, _ in gpu_values:
-        by_gpu.setdefault(gpu, {})[key] = value
-    return {gpu: calibrated_profile(gpu, values) for gpu, values in by_gpu.items()}
-
-
 def _search(job: tuple[dict[str, Any], dict[str, float], bool, GpuValues]) -> Capacity:
     """One config's search (module level: a worker process runs it)."""
     scenario, targets, pessimistic, gpu_values = job
-    profiles = calibrated_profiles(gpu_values) if gpu_values else None
+    from simulator.calibration.applied import profiles_of
+
+    profiles = profiles_of(gpu_values) if gpu_values else None
     return slo_capacity(scenario, targets, pessimistic=pessimistic, profiles=profiles)
 
 
