@@ -320,3 +320,15 @@ def test_pd_rows_without_worker_counts_are_scored_apart_from_the_headline(
     assert guessed == ["pd-x"]
     text = invoke("--measurements", str(path), "--method", "estimate")
     assert "overall, P/D workers recorded" in text.output
+
+
+def test_calibration_leaves_out_pd_rows_without_worker_counts(tmp_path: Path) -> None:
+    """A P/D row without worker counts cannot inform a fit (its per-worker load is a guess):
+    the calibration problem counts it under its reason and uses the others."""
+    from simulator.measured.calibrate_runs import GUESSED, build_problem
+
+    unrecorded = {**DISAGG, "id": "pd-x", "prefill_num_workers": "", "decode_num_workers": ""}
+    runs = read_measurements([write_csv(tmp_path / "r.csv", [DENSE, DISAGG, unrecorded])])
+    problem = build_problem([map_run(r, None) for r in runs])
+    assert problem.refused[GUESSED] == 1
+    assert [m.run.run_id for m in problem.used] == ["dense", "pd"]

@@ -36,7 +36,7 @@ from simulator.calibration.params import (
 from simulator.calibration.stages import Stage
 from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
-from simulator.measured.scenario import Mapped, Unsupported
+from simulator.measured.scenario import WORKERS_GUESSED, Mapped, Unsupported
 from simulator.progress import Progress
 
 # The host-cost keys of an engine style the fit moves, and the bounds around the shipped value.
@@ -252,6 +252,7 @@ def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
 
 
 FIT_KINDS = ("host", "gpu")
+GUESSED = "P/D worker counts not recorded"
 
 
 def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
@@ -265,6 +266,12 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
     refused: Counter[str] = Counter()
     example: dict[str, str] = {}
     for m in mapped:
+        if WORKERS_GUESSED in m.defaults:  # its per-worker load is a guess: it cannot inform
+            refused[GUESSED] += 1           # a fit (validate scores it apart the same way)
+            example.setdefault(GUESSED, WORKERS_GUESSED)
+            if progress is not None:
+                progress.step()
+            continue
         try:
             prep = _prepare(m)
         except Unsupported as exc:
