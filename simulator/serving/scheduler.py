@@ -94,25 +94,8 @@ class Scheduler(Admission, DecodeRuns):
         # Decodes first: each needs one token and, on a block boundary, one more block.
         separate = not (cfg.chunked_prefill and cfg.mix_prefill_decode)
         decodes = not (separate and (bool(self.prefilling) or self._can_admit_prefill()))
-        if self._spec is not None and decodes:
-            self._spec_policy()
-            need = self._spec.need(self.step)
-            while need > self.free_blocks and self.running:
-                self._preempt_newest(now_s)
-                preempted = True
-                need = self._spec.need(self.step)
-            decode_seqs = self.num_decoding
-            self.free_blocks -= need
-            self._spec_reserved = self.step
-        elif decodes:
-            need = self._phase[self.step % cfg.block_size]
-            while need > self.free_blocks and self.running:
-                self._preempt_newest(now_s)
-                preempted = True
-                need = self._phase[self.step % cfg.block_size]
-            decode_seqs = self.num_decoding
-            self.free_blocks -= need
-            self._reserved_phase = self.step % cfg.block_size
+        if decodes:
+            decode_seqs, preempted = self._reserve_decodes(now_s)
         else:
             decode_seqs = 0  # a prefill-only step (chunked prefill off, or no mixing)
         if self._spec is not None:
@@ -146,9 +129,37 @@ class Scheduler(Admission, DecodeRuns):
         # Admit waiting requests, unless this step had to preempt (vLLM v1 does the same).
         if not preempted:
             chunks.extend(self._admit(now_s, budget, decode_seqs, chunks))
+        if not chunks and not decodes and self.num_decoding:
+            # The prefill-only step lost its prompt (preempted for want of blocks) while
+            # requests are decoding: they take the step instead of the engine idling with work.
+            decode_seqs, _ = self._reserve_decodes(now_s)
         if not chunks and decode_seqs == 0:
             return None
         return PlannedStep(self._shape(chunks, decode_seqs), chunks, decode_seqs + len(chunks))
+
+    def _reserve_decodes(self, now_s: float) -> tuple[int, bool]:
+        """Reserve this step's KV blocks for the decoding requests, preempting the newest until
+        they fit: (decoding requests left, whether any was preempted)."""
+        preempted = False
+        if self._spec is not None:
+            self._spec_policy()
+            need = self._spec.need(self.step)
+            while need > self.free_blocks and self.running:
+                self._preempt_newest(now_s)
+                preempted = True
+                need = self._spec.need(self.step)
+            self.free_blocks -= need
+            self._spec_reserved = self.step
+        else:
+            phase = self.step % self.cfg.block_size
+            need = self._phase[phase]
+            while need > self.free_blocks and self.running:
+                self._preempt_newest(now_s)
+                preempted = True
+                need = self._phase[phase]
+            self.free_blocks -= need
+            self._reserved_phase = phase
+        return self.num_decoding, preempted
 
     def _shape(self, chunks: list[tuple[Request, int]], decode_seqs: int) -> BatchShape:
         tokens = context = sampled = 0
