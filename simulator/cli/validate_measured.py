@@ -68,6 +68,10 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="Seed of --sample."),
         click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Score in this many processes."),
+        click.option("--full-runs", "full_runs", is_flag=True,
+                     help="Simulate every closed loop to its end (default: a long loop of "
+                     "identical requests stops once its rounds repeat and the rest are carried "
+                     "over, measured/steady.py)."),
         click.option("--calibration", "calibration", type=click.Path(dir_okay=False),
                      default=None,
                      help="Score the runs under this calibration overlay (from `frontier "
@@ -81,7 +85,7 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
 
 
 _PARAMS = ("measurements", "more_files", "fmt", "scenario", "sets", "method", "limit",
-           "sample", "seed", "workers", "calibration")
+           "sample", "seed", "workers", "calibration", "full_runs")
 
 
 def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
@@ -113,7 +117,8 @@ def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
 
 def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario: str | None,
                  sets: tuple[str, ...], method: str, limit: int | None, sample: int | None,
-                 seed: int, workers: int, calibration: str | None = None) -> None:
+                 seed: int, workers: int, calibration: str | None = None,
+                 full_runs: bool = False) -> None:
     """Read every file (failing before any scoring), map, score, then print once; under a
     calibration, with its host costs in each run's scenario and its GPU profiles in each run,
     and said on the first line."""
@@ -132,7 +137,7 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
     if calibration is not None:
         mapped = calibrated_runs(mapped, applied.host_costs)
     progress = Progress(len(mapped), label="validate", unit="runs")
-    records = score_all(mapped, method, workers, progress, gpu_values)
+    records = score_all(mapped, method, workers, progress, gpu_values, steady=not full_runs)
     progress.close()
     result = {"method": method, "files": [str(f) for f in files],
               "calibration": calibration, "seconds": time.perf_counter() - start,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from simulator.measured.scenario import Mapped, Unsupported
+from simulator.measured.steady import closed_loop, round_means, steady_means
 
 # Exception class names (not imported: the cost model stays out of this module's imports)
 # that mean "the simulator cannot run this setup", not "the input is wrong".
@@ -27,11 +28,12 @@ REFUSAL_CATEGORY = {
 }
 
 
-def score(item: tuple[Mapped, str, tuple[Any, ...]]) -> dict[str, Any]:
+def score(item: tuple[Mapped, str, tuple[Any, ...], bool]) -> dict[str, Any]:
     """The JSON-able record of one run: provenance, group, declared defaults, and either its
     measured, predicted and error figures or why it was refused (on the calibrated profiles
-    its GPU values describe, where it has any)."""
-    mapped, method, gpu_values = item
+    its GPU values describe, where it has any; `steady`: a long closed loop stops once its
+    rounds repeat, steady.py)."""
+    mapped, method, gpu_values, steady = item
     run = mapped.run
     out: dict[str, Any] = {
         "id": run.run_id, "source": run.source, "row": run.row, "format": run.format,
@@ -43,7 +45,7 @@ def score(item: tuple[Mapped, str, tuple[Any, ...]]) -> dict[str, Any]:
     try:
         if mapped.refused is not None:
             raise mapped.refused
-        predicted, notes = _predict(mapped, method, gpu_values)
+        predicted, notes = _predict(mapped, method, gpu_values, steady)
     except Unsupported as exc:
         return {**out, "status": "refused", "reason": exc.category, "detail": exc.detail}
     except ValueError as exc:  # InputError and the model/layout/memory errors subclass it
@@ -58,8 +60,8 @@ def score(item: tuple[Mapped, str, tuple[Any, ...]]) -> dict[str, Any]:
             "notes": notes, "seconds": time.perf_counter() - start}
 
 
-def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = ()
-             ) -> tuple[dict[str, float], list[str]]:
+def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
+             steady: bool = True) -> tuple[dict[str, float], list[str]]:
     import simulator
     from simulator.calibration.applied import profiles_of
 
@@ -77,6 +79,22 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = ()
             "tpot.p99": est.tpot_p99_s * ms,
             "output_tokens_per_s": est.output_tokens_per_s, "requests_per_s": est.rate_per_s,
         }, notes
+    loop = closed_loop(mapped.scenario, mapped.run.load.warmup_requests,
+                       set(mapped.run.measured)) if steady else None
+    if loop is not None:
+        clients = loop.clients
+
+        def simulate_rounds(scenario: dict[str, Any]) -> list[tuple[float, float]]:
+            short = simulator.load_scenario(scenario)
+            result = simulator.simulate(short, profiles=profiles)
+            front = short.engine.style.front_end if short.engine is not None else None
+            return round_means(result, front, clients)
+
+        got = steady_means(mapped.scenario, loop, simulate_rounds)
+        if got is not None:
+            means, rounds = got
+            return means, [f"steady state: {rounds} of {loop.rounds} rounds simulated, the "
+                           f"rest carried over (measured/steady.py)"]
     result = simulator.simulate(loaded, profiles=profiles)
     return _window(mapped, loaded, result)
 

@@ -21,10 +21,12 @@ if TYPE_CHECKING:
 
 def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
               progress: Progress | None = None,
-              gpu_values: Sequence[GpuValue] = ()) -> list[dict[str, Any]]:
+              gpu_values: Sequence[GpuValue] = (),
+              steady: bool = True) -> list[dict[str, Any]]:
     """Each run's record, in input order; `workers` > 1 spreads them over processes; every
-    run on the calibrated profiles `gpu_values` describe (a calibration's)."""
-    items = [(m, method, tuple(gpu_values)) for m in mapped]
+    run on the calibrated profiles `gpu_values` describe (a calibration's); `steady`: long
+    closed loops stop once their rounds repeat (measured/steady.py), else run whole."""
+    items = [(m, method, tuple(gpu_values), steady) for m in mapped]
     out: list[dict[str, Any]] = []
     results: Iterable[dict[str, Any]]
     pool = ProcessPoolExecutor(workers) if workers > 1 and len(items) > 1 else None
