@@ -629,6 +629,7 @@ def test_one_chunk_batch_fields() -> None:
         ("gpt-oss-120b", ParallelLayout(tensor_parallel=2)),  # sliding-window layers
         ("qwen3-235b-a22b", ParallelLayout(tensor_parallel=8)),
         ("deepseek-v3", ParallelLayout(tensor_parallel=8)),  # MLA
+        ("glm-5", ParallelLayout(tensor_parallel=8, expert_parallel=8)),  # MLA + DSA indexer
     ],
 )
 def test_decode_step_times_float_by_float_are_the_vectorized_floats(

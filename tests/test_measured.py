@@ -139,9 +139,10 @@ def test_unshipped_model_and_gpu_are_refused_with_reasons(tmp_path: Path) -> Non
                     "--method", "estimate", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output[result.output.index("{"):])
-    assert data["refused"] == {"model not shipped: glm-5": 1,
-                               "model not shipped: qwen3.5-397b-a17b": 1, "layout refused": 1}
-    assert [r["status"] for r in data["runs"]] == ["refused"] * 3
+    # GLM-5 ships since its sparse attention is costed (issue 36); Qwen3.5 does not yet.
+    assert data["refused"] == {"model not shipped: qwen3.5-397b-a17b": 1,
+                               "layout refused": 1}
+    assert [r["status"] for r in data["runs"]] == ["scored", "refused", "refused"]
     assert "tensor_parallel 3" in data["runs"][2]["detail"]
 
 

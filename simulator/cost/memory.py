@@ -52,7 +52,9 @@ def attention_weight_params_per_gpu(arch: Architecture, tp: int) -> float:
         q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
         sharded = q_in * nh * qk_head + m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
         sharded += nh * m.v_head_dim * h
-        return replicated + sharded / tp
+        # A sparse model's indexer (small: 9.4M of GLM-5's 160M attention parameters a layer)
+        # taken replicated on every rank, like the down-projections (assumed).
+        return replicated + arch.indexer_params_per_layer + sharded / tp
     h_in = arch.attention_input_size  # q/k/v read h_in; o writes h
     q_and_o = (h_in + h) * arch.num_attention_heads * arch.head_dim / tp
     kv = 2 * h_in * kv_heads_per_gpu(arch, tp) * arch.head_dim
@@ -142,7 +144,9 @@ def kv_bytes_per_token_per_gpu(arch: Architecture, layout: ParallelLayout, kv_fo
     """
     full, sliding = stage_layer_split(arch, layout.pipeline_parallel)
     layers = full if full else sliding
-    return layers * _kv_elements_per_layer(arch, layout) * get_format(kv_format).bytes_per_element
+    kv = _kv_elements_per_layer(arch, layout) * get_format(kv_format).bytes_per_element
+    # A sparse model also caches each token's indexer key (FP8, whatever the KV format).
+    return layers * (kv + arch.index_key_bytes)
 
 
 def sliding_kv_bytes_per_seq_per_gpu(

@@ -65,6 +65,13 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
             kv_n = heads * (m.qk_nope_head_dim + m.v_head_dim)
             ops.append(k.gemm("mla_kv_up_proj", ma, kv_n, m.kv_lora_rank, L, bf16=bf16_attn))
             o_k = heads * m.v_head_dim
+        if a.sparse is not None:  # the indexer: queries from the query latent; key, weights
+            sp = a.sparse
+            q_in = a.mla.q_lora_rank if a.mla is not None and a.mla.q_lora_rank else h
+            ops.append(k.gemm("dsa_indexer_q_proj", ma, sp.index_heads * sp.index_head_dim,
+                              q_in, L, bf16=bf16_attn))
+            ops.append(k.gemm("dsa_indexer_k_proj", ma, sp.index_head_dim + sp.index_heads, h,
+                              L, bf16=bf16_attn))
         ops.append(k.gemm("o_proj", ma, h, o_k, L, bf16=bf16_out))
     i_loc = a.intermediate_size / k.layout.mlp_group
     norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
@@ -230,8 +237,8 @@ def attention_consts(k: Kernels) -> AttentionConsts:
         heads * (dims.prefill_qk + dims.prefill_v) * BF16_BYTES,
         prefill_rate,
         bw,
-        a.num_layers - a.num_sliding_layers,
-        a.num_sliding_layers,
+        a.num_layers - a.windowed_attention_layers,
+        a.windowed_attention_layers,
         a.num_layers,
         decode_rate,
         decode_bw,
@@ -271,7 +278,7 @@ def attention_terms(
     own batch)."""
     per_pair_p, per_pair_d, kv_tok, qo_tok, _, _, n_full, n_sw, _, _, _ = consts
     dp = k.layout.attention_data_parallel if ranks is None else ranks
-    window = k.arch.sliding_window
+    window = k.arch.attention_window
     prefill = decode = None
     if b.prefill_tokens > 0:
         pairs = b.prefill_attention_pairs / dp
@@ -292,6 +299,35 @@ def attention_terms(
         work = n_full * ctx + n_sw * ctx_sw
         decode = (per_pair_d * q_per_seq * work, kv_tok * work)
     return prefill, decode
+
+def indexer_terms(
+    k: Kernels, b: BatchShape, ranks: int | None = None
+) -> tuple[float, float] | None:
+    """(FLOPs, bytes) over all layers, per GPU, of a sparse model's lightning indexer: every
+    query's index heads score every cached token (2 x heads x head dim FLOPs a pair) and read
+    its FP8 index key, prefill and decode alike; no window (it chooses the top-k). Its heads
+    are taken whole on every TP rank (assumed), its batch split over attention-DP ranks as
+    attention's. None without sparse attention."""
+    sp = k.arch.sparse
+    if sp is None:
+        return None
+    dp = k.layout.attention_data_parallel if ranks is None else ranks
+    per_pair = 2.0 * sp.index_heads * sp.index_head_dim
+    key = k.arch.index_key_bytes
+    pairs = tokens = 0.0
+    if b.prefill_tokens > 0:
+        pairs += b.prefill_attention_pairs / dp
+        tokens += (b.prefill_context_tokens + b.prefill_tokens) / dp
+    if b.decode_seqs > 0:
+        q_per_seq = 1 + b.speculative_tokens_per_seq
+        ctx = (b.decode_context_tokens + b.decode_seqs * q_per_seq) / dp
+        pairs += ctx * q_per_seq
+        tokens += ctx
+    if pairs <= 0:
+        return None
+    layers = k.arch.num_layers
+    return per_pair * pairs * layers, key * tokens * layers
+
 
 def attention_fixed_s(k: Kernels) -> tuple[float, float]:
     """Per-layer fixed cost of the prefill kernel (a launch) and of the decode kernel (the
@@ -315,4 +351,8 @@ def attention_ops(
     ):
         if terms is not None:
             ops.append(roofline(name, terms[0], terms[1], r, w, layers, fixed))
+    idx = indexer_terms(k, b, ranks)
+    if idx is not None:  # at the decode attention kernel's rates (assumed), one launch a layer
+        ops.append(roofline("dsa_indexer", idx[0], idx[1], decode_rate, decode_bw, layers,
+                            k.hw.kernel_launch_overhead_s))
     return ops

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from simulator.cost import operators
 from simulator.cost.kernels import Kernels
-from simulator.cost.operators import AttentionConsts, attention_fixed_s, attention_terms
+from simulator.cost.operators import (
+    AttentionConsts,
+    attention_fixed_s,
+    attention_terms,
+    indexer_terms,
+)
 from simulator.cost.ops import OpCost
 from simulator.cost.shape import BatchShape, StepCost
 
@@ -72,6 +78,11 @@ class StepModel(Kernels):
             t += max(prefill[0] / rate, prefill[1] / bw) + layers * prefill_fixed
         if decode is not None:
             t += max(decode[0] / decode_rate, decode[1] / decode_bw) + layers * decode_fixed
+        if self.arch.sparse is not None:
+            idx = indexer_terms(self, b, ranks)
+            if idx is not None:
+                t += max(idx[0] / decode_rate, idx[1] / decode_bw) + (
+                    layers * self.hw.kernel_launch_overhead_s)
         return t
 
     def cost(self, b: BatchShape) -> StepCost:
@@ -123,14 +134,32 @@ class StepModel(Kernels):
         dp = self.layout.attention_data_parallel
         fixed = layers * self.hw.attention_decode_fixed_s
         per_pair = per_pair_d * 1
-        window = self.arch.sliding_window if n_sw else None
+        window = self.arch.attention_window if n_sw else None
         cap_sw = decode_seqs / dp * window if window is not None else 0.0
         out = []
+        sparse = self.arch.sparse is not None
         for i in range(steps):
             ctx = (float(context_tokens + decode_seqs * i) + decode_seqs * 1) / dp
             work = n_full * ctx + (n_sw * min(ctx, cap_sw) if window is not None else 0.0)
-            out.append(base + (max(per_pair * work / rate, kv_tok * work / bw) + fixed))
+            t = max(per_pair * work / rate, kv_tok * work / bw) + fixed
+            if sparse:
+                t += self._indexer_decode_s(ctx)
+            out.append(base + t)
         return out
+
+    def _indexer_decode_s(self, ctx: Any) -> Any:
+        """The indexer's time in a pure decode step of summed per-rank context `ctx` (a float
+        or an array), by indexer_terms' arithmetic in its order (the floats agree)."""
+        sp = self.arch.sparse
+        assert sp is not None
+        consts = self._attn_consts
+        rate, bw, layers = consts[9], consts[10], consts[8]
+        per_pair = 2.0 * sp.index_heads * sp.index_head_dim
+        pairs = 0.0 + ctx * 1
+        tokens = 0.0 + ctx
+        flops = per_pair * pairs * layers
+        nbytes = self.arch.index_key_bytes * tokens * layers
+        return np.maximum(flops / rate, nbytes / bw) + layers * self.hw.kernel_launch_overhead_s
 
     def decode_attention_s(
         self, decode_seqs: int, context_tokens: FloatArray, ranks: int | None = None
@@ -142,8 +171,9 @@ class StepModel(Kernels):
         rate, bw = consts[9], consts[10]  # the decode kernel's
         dp = self.layout.attention_data_parallel if ranks is None else ranks
         ctx = (context_tokens + decode_seqs * 1) / dp
-        if n_sw and self.arch.sliding_window is not None:
-            ctx_sw = np.minimum(ctx, decode_seqs / dp * self.arch.sliding_window)
+        window = self.arch.attention_window
+        if n_sw and window is not None:
+            ctx_sw = np.minimum(ctx, decode_seqs / dp * window)
             work = n_full * ctx + n_sw * ctx_sw
         else:
             work = n_full * ctx + 0.0  # the scalar path adds n_sw * 0.0
@@ -152,4 +182,6 @@ class StepModel(Kernels):
         fixed = layers * self.hw.attention_decode_fixed_s
         # The scalar path starts from 0.0 and adds this term: the same float.
         attention: FloatArray = np.maximum(flops / rate, nbytes / bw) + fixed
+        if self.arch.sparse is not None:
+            attention = attention + self._indexer_decode_s(ctx)
         return attention

@@ -22,9 +22,9 @@ from simulator.measured.run import Load, MeasuredRun, Pool
 
 # Named by the reference README as models and GPUs the simulator does not ship yet: rows of
 # them are counted as unsupported; any other unknown name is a misspelling, an input error.
-# Qwen3.5 (Gated DeltaNet linear attention) and GLM-5 (sparse attention with an indexer) need
-# attention architectures the cost model does not have; every named GPU has a profile now.
-NOT_SHIPPED_MODELS = frozenset({"qwen3.5-397b-a17b", "glm-5"})
+# Qwen3.5 (Gated DeltaNet linear attention) needs an attention architecture the cost model
+# does not have (GLM-5's sparse attention it has); every named GPU has a profile now.
+NOT_SHIPPED_MODELS = frozenset({"qwen3.5-397b-a17b"})
 NOT_SHIPPED_GPUS: frozenset[str] = frozenset()
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # A P/D row without worker counts: its load per worker, so its TTFT and TPOT, is unknown; the

@@ -37,6 +37,16 @@ class MLASpec:
     v_head_dim: int
 
 
+@dataclass(frozen=True, slots=True)
+class SparseAttentionSpec:
+    """DeepSeek-V3.2-style sparse attention (DSA, GLM-5): a lightning indexer scores every
+    cached token with a few small FP8 heads, and each query attends only to the `topk` best."""
+
+    topk: int  # keys each query attends to (index_topk: 2048 in DeepSeek-V3.2 and GLM-5)
+    index_heads: int  # the indexer's query heads (index_n_heads)
+    index_head_dim: int  # the indexer's head width, also its cached key's (index_head_dim)
+
+
 # Linear-layer groups a checkpoint may keep in BF16 while the rest takes the weight format:
 # the attention input projections, the attention output projection, the dense MLP layers and
 # the shared experts. Embeddings, the MoE router and the LM head are BF16 in every checkpoint
@@ -79,6 +89,8 @@ class Architecture:
     # hidden (vLLM llama_eagle3.py `fc`); a DeepSeek MTP module its [embedding; hidden], 2 x
     # hidden -> hidden (deepseek_mtp.py `eh_proj`).
     fused_hidden_states: int = 0
+    # Sparse attention (DSA): None for dense attention.
+    sparse: SparseAttentionSpec | None = None
 
     # --- derived counts, used by the cost model and the parameter-count tests ---
 
@@ -129,7 +141,7 @@ class Architecture:
             kv_down = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
             kv_up = m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
             o = nh * m.v_head_dim * h
-            return q + kv_down + kv_up + o
+            return q + kv_down + kv_up + o + self.indexer_params_per_layer
         h_in = self.attention_input_size
         q = h_in * self.num_attention_heads * self.head_dim
         kv = 2 * h_in * self.num_kv_heads * self.head_dim
@@ -203,6 +215,40 @@ class Architecture:
             return self.total_params
         inactive = (self.moe.num_experts - self.moe.experts_per_token) * self.routed_expert_params
         return self.total_params - self.num_moe_layers * inactive
+
+    @property
+    def attention_window(self) -> int | None:
+        """Most keys a query attends to on the windowed layers: a sliding window's length, or
+        a sparse model's top-k (every layer). None: every layer attends to its whole context."""
+        return self.sparse.topk if self.sparse is not None else self.sliding_window
+
+    @property
+    def windowed_attention_layers(self) -> int:
+        """Layers whose attention is capped at `attention_window` keys per query (a sparse
+        model's cache still holds every token: memory reads the sliding fields, not these)."""
+        return self.num_layers if self.sparse is not None else self.num_sliding_layers
+
+    @property
+    def index_key_bytes(self) -> int:
+        """Bytes one cached token's indexer key takes per layer: FP8 values plus one FP32
+        scale per 128 of them (the block-scaled layout of DeepGEMM's FP8 MQA-logits kernel
+        that DeepSeek-V3.2's indexer runs on; assumed for GLM-5 too). 0 without DSA."""
+        if self.sparse is None:
+            return 0
+        d = self.sparse.index_head_dim
+        return d + 4 * -(-d // 128)
+
+    @property
+    def indexer_params_per_layer(self) -> int:
+        """The indexer's projections: queries from the query latent (q_lora_rank, or the
+        hidden state), one shared key and the per-head weights from the hidden state."""
+        if self.sparse is None:
+            return 0
+        sp = self.sparse
+        q_in = self.mla.q_lora_rank if self.mla is not None and self.mla.q_lora_rank else (
+            self.hidden_size)
+        return (q_in * sp.index_heads * sp.index_head_dim
+                + self.hidden_size * sp.index_head_dim + self.hidden_size * sp.index_heads)
 
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements per token per layer (all KV heads; MLA caches the latent)."""

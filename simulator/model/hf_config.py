@@ -20,6 +20,7 @@ from simulator.model.architecture import (
     MLASpec,
     ModelError,
     MoESpec,
+    SparseAttentionSpec,
 )
 from simulator.model.quant_modules import bf16_modules
 
@@ -35,6 +36,8 @@ _GATED_MODEL_TYPES = frozenset(
         "qwen3_moe",
         "deepseek_v2",
         "deepseek_v3",
+        "deepseek_v32",
+        "glm_moe_dsa",
         "gpt_oss",
         "gemma",
         "gemma2",
@@ -239,6 +242,18 @@ def _parse_mla(c: _Config) -> MLASpec | None:
     )
 
 
+def _parse_sparse(c: _Config) -> SparseAttentionSpec | None:
+    """DeepSeek-V3.2-style sparse attention (DeepSeek-V3.2, GLM-5): `index_topk` keys a query,
+    chosen by an indexer of `index_n_heads` heads of `index_head_dim`."""
+    if not c.has("index_topk"):
+        return None
+    return SparseAttentionSpec(
+        topk=c.int_("index_topk"),
+        index_heads=c.int_("index_n_heads"),
+        index_head_dim=c.int_("index_head_dim"),
+    )
+
+
 def _check_softmax_attention(c: _Config) -> None:
     """Refuse linear-attention layers, which this simulator does not cost: MiniMax's
     `attn_type_list` marks them 0 (lightning attention, MiniMax-Text-01/M1; M2 lists only 1),
@@ -344,4 +359,5 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         attention_sinks=model_type == "gpt_oss",
         num_mtp_layers=c.opt_int("num_nextn_predict_layers", 0),
         bf16_modules=bf16_modules(c.raw),
+        sparse=_parse_sparse(c),
     )
