@@ -346,4 +346,5 @@ def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
 
     plots = {"quantization": 4, "speculative": 5, "disaggregation": 6, "jagged": 4,
              "traffic": 6}
-    check_in_browser([(path, plots.get(name, 3)) for name, (_, path) in runs.items()])
+    check_in_browser([(path, plots.get(name, 3)) for name, (_, path) in runs.items()],
+                     visible=("What ran", "Model "), axis_titles=True)

@@ -74,9 +74,12 @@ def test_scenario_report_refuses_a_sweep_file(tmp_path: Path,
     assert exc.value.code == 2 and "frontier sweep" in capsys.readouterr().err
 
 
-def check_in_browser(pages: list[tuple[Path, int]]) -> None:
+def check_in_browser(pages: list[tuple[Path, int]], visible: tuple[str, ...] = (),
+                     axis_titles: bool = False) -> None:
     """Open each page in headless Chromium: at least the given number of plots drawn, with
-    traces, and no console or page error. Skips when Chromium or playwright is missing."""
+    traces, and no console or page error; each text of `visible` shown on the page; with
+    `axis_titles`, every plot's x and y axes titled. Skips when Chromium or playwright is
+    missing."""
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (CI: apt-get install -y chromium)")
     sync_api = pytest.importorskip("playwright.sync_api",
@@ -100,6 +103,14 @@ def check_in_browser(pages: list[tuple[Path, int]]) -> None:
                     ".js-plotly-plot .barlayer .trace, .js-plotly-plot .gl-container').length")
                 assert plots >= want and svgs > 0 and drawn > 0, (path, plots, svgs, drawn)
                 assert errors == [], (path, errors)
+                for text in visible:
+                    assert page.get_by_text(text, exact=False).first.is_visible(), (path, text)
+                if axis_titles:
+                    untitled = page.evaluate(
+                        "[...document.querySelectorAll('.js-plotly-plot')].filter(p => "
+                        "!['.xtitle', '.ytitle'].every(s => (p.querySelector(s) || "
+                        "{textContent: ''}).textContent.trim())).length")
+                    assert untitled == 0, (path, untitled)
                 page.close()
         finally:
             browser.close()

@@ -180,6 +180,7 @@ def breakdown_figure(items: Sequence[tuple[str, Mapping[str, float]]]) -> go.Fig
     fig.update_layout(barmode="stack", template="plotly_white",
                       height=max(300, 70 * len(items) + 150),
                       xaxis_title="mean time per engine step (ms)",
+                      yaxis_title="point (its swept values)",
                       title="Where the step time goes (frontier points, rerun with a time series)")
     fig.update_yaxes(automargin=True)
     return fig
