@@ -282,9 +282,12 @@ def test_stack_factors_are_read_off_each_frontier(runs: dict) -> None:
         assert f"{name} ×{speeds[i] / speeds[i - 1]:.2f} (×{speeds[i] / speeds[0]:.2f} in all)" \
             in line, name
     heavy = max(_n(r, LOAD) for r in rows)
+    light = min(_n(r, LOAD) for r in rows)
     at = {str(r[STAGE]): r for r in rows if _n(r, LOAD) == heavy}
+    low = {str(r[STAGE]): r for r in rows if _n(r, LOAD) == light}
     for prev, cur in itertools.pairwise(names):
-        worse = _n(at[cur], GPU) < _n(at[prev], GPU)
+        worse = (_n(at[cur], GPU) < _n(at[prev], GPU)
+                 or _n(low[cur], GPU) < _n(low[prev], GPU))
         said = any(h.startswith(f"{cur} does not multiply throughput") for h in headlines)
         assert said == worse, cur
     assert not any(re.search(r"\d[eE][+-]\d", h) for h in headlines)
@@ -348,3 +351,32 @@ def test_lesson_pages_in_a_real_browser(runs: dict) -> None:
              "traffic": 6}
     check_in_browser([(path, plots.get(name, 3)) for name, (_, path) in runs.items()],
                      visible=("What ran", "Model "), axis_titles=True)
+
+
+def test_traffic_summary_says_what_the_winner_changes_with() -> None:
+    """Winners that differ only across traffics are said to change with the traffic, not
+    the SLO tier; a pair no point meets is named, and 'one layout wins' is never said then
+    as if every pair had a winner."""
+    from simulator.lessons.traffic import LAYOUT, _summary
+
+    def w(layout: str) -> dict[str, str]:
+        return {LAYOUT: layout}
+
+    won = {("chat", "a"): w("TP8"), ("chat", "b"): w("TP8"),
+           ("code", "a"): w("TP4"), ("code", "b"): w("TP4")}
+    [line] = _summary(won, ["chat", "code"], ["a", "b"], "8")
+    assert line.startswith("The winner changes with the traffic (")
+    lines = _summary({("chat", "a"): w("TP8")}, ["chat"], ["a", "b"], "8")
+    assert lines[0].startswith("Here one layout, TP8, wins every pair that has a winner")
+    assert lines[1].startswith("No point meets the tier for chat b")
+
+
+def test_stack_calls_a_step_held_only_when_it_gains_at_both_ends() -> None:
+    from simulator.lessons.stack import GPU, LOAD, USER, _where_it_does_not_multiply
+
+    def row(load: float, gpu: float) -> dict[str, float]:
+        return {LOAD: load, GPU: gpu, USER: 10.0}
+
+    stages = {"A": [row(4, 100), row(64, 300)], "B": [row(4, 60), row(64, 400)]}
+    [line] = _where_it_does_not_multiply(stages, ["A", "B"])
+    assert line.startswith("B does not multiply throughput everywhere: at 4 in flight")

@@ -71,3 +71,27 @@ def test_explain_shows_the_indexer(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     for op in ("dsa_indexer ", "dsa_indexer_q_proj", "dsa_indexer_k_proj", "attention_decode"):
         assert op in out, op
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ({"kv_lora_rank": None}, "without MLA"),
+    ({"use_sliding_window": True, "sliding_window": 4096}, "use_sliding_window"),
+])
+def test_sparse_configs_the_cost_model_cannot_cost_are_refused(extra: dict[str, object],
+                                                               needle: str) -> None:
+    import json
+
+    from simulator.model.architecture import ModelError
+    from simulator.model.hf_config import parse_hf_config
+    from simulator.model.load import CATALOG_DIR
+
+    raw = json.loads((CATALOG_DIR / "glm-5.json").read_text())
+    raw = {k: v for k, v in {**raw, **extra}.items() if v is not None}
+    with pytest.raises(ModelError, match=needle):
+        parse_hf_config(raw, "x")
+
+
+def test_an_eagle_head_on_a_sparse_model_attends_densely() -> None:
+    from simulator.cost.draft import eagle_head
+
+    assert eagle_head(GLM5).sparse is None

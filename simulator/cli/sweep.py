@@ -138,17 +138,26 @@ def _calibrated_gpu_values(path: Path) -> Any:
     """The calibrated GPU values the sweep in `path` ran on (none for a plain sweep)."""
     import json
 
+    from simulator.calibration.applied import profiles_of
+    from simulator.errors import one_line
     from simulator.sweep.capacity import recorded_gpu_values
     from simulator.sweep.pipeline import MANIFEST
 
     manifest = path / MANIFEST
+    if not manifest.is_file():  # as the report reads the folder: no manifest, no calibration
+        return ()
     try:
         data = json.loads(manifest.read_text())
     except (OSError, ValueError) as exc:
         raise InputError(f"{manifest}: cannot read the sweep's manifest ({exc})") from None
     if not isinstance(data, dict):
         raise InputError(f"{manifest}: not a sweep manifest (a JSON object)")
-    return recorded_gpu_values(data, str(manifest))
+    values = recorded_gpu_values(data, str(manifest))
+    try:  # checked here, once, so a bad value names the manifest, not a worker's profile
+        profiles_of(values)
+    except InputError as exc:
+        raise InputError(one_line(f"{manifest}: calibrated_gpu_values: {exc}")) from None
+    return values
 
 
 def _capacities(path: Path, rows: list[dict[str, Any]], targets: dict[str, float],

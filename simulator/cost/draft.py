@@ -63,6 +63,7 @@ def eagle_head(arch: Architecture) -> Architecture:
         sliding_window=None,
         num_sliding_layers=0,
         num_mtp_layers=0,
+        sparse=None,  # an EAGLE-3 head attends densely (no indexer of its own)
     )
 
 

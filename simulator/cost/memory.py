@@ -52,7 +52,7 @@ def attention_weight_params_per_gpu(arch: Architecture, tp: int) -> float:
         q_in = m.q_lora_rank if m.q_lora_rank > 0 else h
         sharded = q_in * nh * qk_head + m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
         sharded += nh * m.v_head_dim * h
-        # A sparse model's indexer (small: 9.4M of GLM-5's 160M attention parameters a layer)
+        # A sparse model's indexer (small: 9.4M of GLM-5's 174M attention parameters a layer)
         # taken replicated on every rank, like the down-projections (assumed).
         return replicated + arch.indexer_params_per_layer + sharded / tp
     h_in = arch.attention_input_size  # q/k/v read h_in; o writes h

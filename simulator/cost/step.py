@@ -159,7 +159,9 @@ class StepModel(Kernels):
         tokens = 0.0 + ctx
         flops = per_pair * pairs * layers
         nbytes = self.arch.index_key_bytes * tokens * layers
-        return np.maximum(flops / rate, nbytes / bw) + layers * self.hw.kernel_launch_overhead_s
+        a, b = flops / rate, nbytes / bw
+        top = np.maximum(a, b) if isinstance(a, np.ndarray) else max(a, b)  # scalar: no numpy
+        return top + layers * self.hw.kernel_launch_overhead_s
 
     def decode_attention_s(
         self, decode_seqs: int, context_tokens: FloatArray, ranks: int | None = None

@@ -12,13 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from simulator.lessons.core import Findings, col
-from simulator.sweep.frontier import Point, speed_at_throughput, throughput_at_speed
+from simulator.sweep.frontier import (
+    Point,
+    pareto_front,
+    speed_at_throughput,
+    throughput_at_speed,
+)
 from simulator.sweep.table import Row, number
 
 LOAD = "workload.arrival.concurrency"
 STAGE = "stack"  # derived: "3 B200 NVFP4"
 USER = "output_tokens_per_s_per_user.p50"
 GPU = "output_tokens_per_s_per_gpu"
+# A step's gain "shrinks" when at the heaviest load it keeps less than this share of its gain at
+# the lightest (a reading threshold of the page, not a physical figure).
+SHRINK = 0.85
 
 
 def _pool(dep: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -96,8 +104,10 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
     at_tput = [speed_at_throughput(_points(stages[n]), target) for n in names]
     # A stage whose every point is faster than the speed (or carries more than the
     # throughput) is read at its extreme point: it would do at least that at more load.
-    floor_s = [min(x for x, _ in _points(stages[n])) > speed for n in names]
-    floor_t = [min(y for _, y in _points(stages[n])) > target for n in names]
+    # (On the frontier, whose ends are where the interpolation clamps.)
+    fronts = [pareto_front(_points(stages[n])) for n in names]
+    floor_s = [bool(f) and f[0][0] > speed for f in fronts]
+    floor_t = [bool(f) and f[-1][1] > target for f in fronts]
     lines = [
         f"At {speed:.0f} output tokens/s per user (the baseline, {names[0]}, at "
         f"{col(mid, LOAD):.0f} requests in flight), each stage serves "
@@ -139,13 +149,14 @@ def _where_it_does_not_multiply(stages: Mapping[str, Sequence[Row]],
         f_lo = col(b[lo], GPU) / col(a[lo], GPU)
         f_hi = col(b[hi], GPU) / col(a[hi], GPU)
         u_hi = col(b[hi], USER) / col(a[hi], USER)
-        if f_hi < 1:
+        if f_hi < 1 or f_lo < 1:
+            worse_at = hi if f_hi < 1 else lo
             out.append(
-                f"{cur} does not multiply throughput: at {hi:.0f} in flight it serves "
-                f"×{f_hi:.2f} the tokens/s per GPU of {prev} (×{f_lo:.2f} at {lo:.0f}) while "
-                f"each user reads ×{u_hi:.2f} as fast: it trades throughput for speed per "
-                "user.")
-        elif f_hi < 0.85 * f_lo:
+                f"{cur} does not multiply throughput everywhere: at {worse_at:.0f} in flight it "
+                f"serves ×{min(f_lo, f_hi):.2f} the tokens/s per GPU of {prev} (×{f_lo:.2f} at "
+                f"{lo:.0f}, ×{f_hi:.2f} at {hi:.0f}) while each user reads ×{u_hi:.2f} as fast "
+                f"at {hi:.0f}: it trades throughput for speed per user there.")
+        elif f_hi < SHRINK * f_lo:
             out.append(
                 f"{cur}'s gain shrinks with the load: ×{f_lo:.2f} tokens/s per GPU over "
                 f"{prev} at {lo:.0f} in flight, ×{f_hi:.2f} at {hi:.0f}.")

@@ -109,21 +109,40 @@ def analyze_with(spec: Mapping[str, Any], rows: list[Row]) -> Findings:
             won[(traffic, tier.name)] = w
             said.append(f"{tier.describe()}: {_point(w)}{_best_of_other_layouts(group, tier, w)}")
         lines.append(f"{traffic.capitalize()} — " + "; ".join(said) + ".")
-    layouts = {str(w[LAYOUT]) for w in won.values()}
     gpus = f"{col(rows[0], 'num_gpus'):.0f}" if rows else "the"
-    if len(layouts) > 1:
-        pairs = ", ".join(f"{t} {tn} → {w[LAYOUT]}" for (t, tn), w in won.items())
-        lines.append(f"The winner changes with the traffic and the SLO ({pairs}): no one "
-                     f"layout of these {gpus} GPUs is best for every workload, so the sweep "
-                     f"that picks one must run your traffic under your SLO.")
-    elif layouts:
-        lines.append(f"Here one layout, {layouts.pop()}, wins every traffic and tier on this "
-                     f"grid: the loads swept are coarse, so a finer grid may still split them.")
+    lines += _summary(won, list(by_traffic), [t.name for t in tiers(spec)], gpus)
     interactive = [w for (_, tn), w in won.items() if tn != RELAXED.name]
     extra = [Section("Winners by traffic and SLO", "The point of each pair that meets the "
                      "tier with the most output tokens/s per GPU, over the layouts and loads "
                      "swept.", html_body=_table(by_traffic, spec))]
     return Findings(lines, interactive, extra)
+
+
+def _summary(won: Mapping[tuple[str, str], Row], traffics: Sequence[str],
+             tier_names: Sequence[str], gpus: str) -> list[str]:
+    """Whether the winner changes, and with what: the traffic, the SLO tier, or neither, read
+    off the pairs that have a winner; pairs with none are said."""
+    missing = [f"{t} {tn}" for t in traffics for tn in tier_names if (t, tn) not in won]
+    by_traffic = any(len({str(won[(t, tn)][LAYOUT]) for t in traffics if (t, tn) in won}) > 1
+                     for tn in tier_names)
+    by_tier = any(len({str(won[(t, tn)][LAYOUT]) for tn in tier_names if (t, tn) in won}) > 1
+                  for t in traffics)
+    layouts = {str(w[LAYOUT]) for w in won.values()}
+    out = []
+    if len(layouts) > 1:
+        what = " and ".join(x for x, on in (("the traffic", by_traffic), ("the SLO tier", by_tier))
+                            if on) or "the pair"
+        pairs = ", ".join(f"{t} {tn} → {w[LAYOUT]}" for (t, tn), w in won.items())
+        out.append(f"The winner changes with {what} ({pairs}): no one layout of these {gpus} "
+                   f"GPUs is best for every workload, so the sweep that picks one must run your "
+                   f"traffic under your SLO.")
+    elif layouts:
+        out.append(f"Here one layout, {layouts.pop()}, wins every pair that has a winner on "
+                   f"this grid: the loads swept are coarse, so a finer grid may still split them.")
+    if missing:
+        out.append(f"No point meets the tier for {', '.join(missing)}: no layout swept serves "
+                   f"that pair at any load.")
+    return out
 
 
 def _table(by_traffic: Mapping[str, Sequence[Row]], spec: Mapping[str, Any]) -> str:

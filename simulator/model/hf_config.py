@@ -247,6 +247,12 @@ def _parse_sparse(c: _Config) -> SparseAttentionSpec | None:
     chosen by an indexer of `index_n_heads` heads of `index_head_dim`."""
     if not c.has("index_topk"):
         return None
+    if not c.has("kv_lora_rank"):
+        raise c.fail("key 'index_topk' (sparse attention) without MLA ('kv_lora_rank'): only "
+                     "DeepSeek-V3.2-style sparse attention over MLA is costed")
+    if c.opt_bool("use_sliding_window", False):
+        raise c.fail("key 'index_topk' (sparse attention) with 'use_sliding_window': the two "
+                     "are not costed together")
     return SparseAttentionSpec(
         topk=c.int_("index_topk"),
         index_heads=c.int_("index_n_heads"),

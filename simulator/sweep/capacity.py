@@ -245,7 +245,8 @@ def recorded_gpu_values(manifest: Mapping[str, Any], where: str) -> tuple[GpuVal
     out: list[GpuValue] = []
     for i, v in enumerate(raw if isinstance(raw, list) else [raw]):
         ok = (isinstance(v, list) and len(v) == 4 and all(isinstance(x, str) for x in v[:2])
-              and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v[2:]))
+              and all(isinstance(x, int | float) and not isinstance(x, bool)
+                      and math.isfinite(x) for x in v[2:]))
         if not ok:
             raise InputError(f"{where}: calibrated_gpu_values[{i}]: {v!r} is not [GPU, key "
                              f"path, value, shipped value]; rerun the sweep")
