@@ -24,6 +24,11 @@ GOOD_BODY = ("description: d\n  cpu_step_us: 100\n  cpu_per_seq_us: 2\n"
     ("nightly-dev", None),
     ("gpt-oss-dev", None),
     ("", None),
+    ("0f3e1a2", None),  # a commit hash
+    ("5b8c30d", None),
+    ("12abc", None),
+    ("7", None),  # a bare number
+    ("1.1.0-dev.2", (1, 1, 0)),
 ])
 def test_release_numbers(text: str, release: tuple[int, ...] | None) -> None:
     assert release_number(text) == release
@@ -78,7 +83,7 @@ def test_shorthand_is_engine_and_version() -> None:
     ({"engine": "vllm@0.12.0", "engine_version": "0.13.0"}, "give the version once"),
     ({"engine": "vllm", "engine_version": "nightly"}, "is not a release number"),
     ({"engine": "vllm@"}, "engine_version"),
-    ({"engine": "tgi@1.0"}, "engine"),
+    ({"engine": "tgi@1.0"}, "'tgi'"),
 ])
 def test_bad_versions_get_one_line(engine: dict[str, object], needle: str, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,6 +25,7 @@ def test_carried_over_by_hand() -> None:
 
 
 @pytest.mark.parametrize("middle", [
+    [(50.5, 5.0), (50.0, 5.0), (50.0, 5.0)],   # spread alone: 0.67 % > 0.2 %, no drift
     [(50.0, 5.0), (50.0, 5.0), (50.5, 5.0)],   # spread 0.67 % > 0.2 %
     [(50.0, 5.0), (50.0, 5.0), (50.05, 5.0)],  # drift 0.1 % a round x 15 / 2 = 0.75 %
 ])
@@ -49,6 +50,9 @@ def test_the_gate() -> None:
     assert closed_loop(_scenario(num_requests=85), 4, means) is None  # not whole rounds
     uniform = {"kind": "uniform", "min": 50, "max": 150}
     assert closed_loop(_scenario(input_tokens=uniform), 4, means) is None
+    one = {"kind": "fixed", "value": 1}
+    assert closed_loop(_scenario(output_tokens=one), 4, means) is None  # no TPOT to carry
+    assert closed_loop(_scenario(), 4, {*means, "e2e.mean"}) is None  # a mean not carried
 
 
 def test_a_loop_that_never_settles_runs_whole() -> None:
@@ -72,3 +76,20 @@ def test_a_measured_run_agrees_with_its_whole_simulation(tmp_path: Path) -> None
     assert any("steady state: 6 of 21 rounds" in n for n in steady["notes"]), steady["notes"]
     for key in ("ttft.mean", "tpot.mean"):
         assert steady["predicted"][key] == pytest.approx(whole["predicted"][key], rel=0.01)
+
+
+def test_a_one_token_run_is_scored_whole(tmp_path: Path) -> None:
+    row = {**DENSE, "id": "osl1", "concurrency": "16", "batch_size": "16", "osl": "1"}
+    [run] = read_measurements([write_csv(tmp_path / "r.csv", [row])])
+    rec = score((map_run(run, None), "simulate", (), True))
+    assert rec["status"] == "scored" and not any("steady" in n for n in rec["notes"])
+
+
+def test_full_runs_is_for_the_simulation(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.cli_helpers import run_cli
+
+    path = write_csv(tmp_path / "r.csv", [DENSE])
+    code, _, err = run_cli(["validate", "--measurements", str(path), "--method", "estimate",
+                            "--full-runs"], capsys)
+    assert code == 2 and "--full-runs applies to --method simulate" in err

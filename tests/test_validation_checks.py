@@ -100,3 +100,16 @@ def test_ratio_parts_are_scored_in_the_headline() -> None:
         assert scored[row.id]["predicted"] == pytest.approx(num / den, rel=1e-12)
     headline = [r for r in rows if r.check is None]
     assert result["groups"]["measures"]["ratio parts"]["rows"] == 2 * len(headline)
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ("    metric: speedup\n    measured: 2.0\n    measured_parts: [3.0, 1.0]\n", "is not"),
+    ("    metric: speedup\n    measured: 2.0\n    measured_parts: [0, 1.0]\n", "positive"),
+    ("    metric: tpot_s.mean\n    measured: 2.0\n    measured_parts: [4.0, 2.0]\n",
+     "applies to"),
+])
+def test_measured_parts_are_checked(extra: str, needle: str, tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("source: s\nsubset: t\nrows:\n  - id: r1\n" + extra)
+    with pytest.raises(InputError, match=needle):
+        load_source(path)

@@ -41,6 +41,9 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
         if clash:
             name = "--" + clash[0].replace("_", "-")
             raise click.UsageError(f"{name} applies to the published rows, not --measurements")
+        if mine["full_runs"] and mine["method"] != "simulate":
+            raise click.UsageError("--full-runs applies to --method simulate (the estimate "
+                                   "simulates no run)")
         return run_measured([Path(p) for p in files], as_json=kwargs["as_json"], **mine)
 
     options = [

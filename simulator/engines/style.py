@@ -81,14 +81,16 @@ class _StyleFile(BaseModel):
         return value
 
 
-_RELEASE = re.compile(r"v?(\d+(?:\.\d+){0,5})")
+# A release: major.minor[.patch...], then nothing or a PEP 440-style suffix (rc6, .post3, -dev.2,
+# -rc0.pre3, +local); a bare number, a commit hash or a date-like string names no release.
+_RELEASE = re.compile(r"v?(\d+(?:\.\d+){1,5})(?:[-.+]?(?:a|b|rc|dev|post|pre)[\w.]*|\+[\w.]+)*$")
 
 
 def release_number(version: str) -> tuple[int, ...] | None:
     """The numeric release of an engine version string ('0.12.0' -> (0, 12, 0); '1.2.0rc6.post3'
     -> (1, 2, 0): a pre- or post-release counts as its release), None when it names none
     ('nightly-dev', 'gpt-oss-dev')."""
-    m = _RELEASE.match(version.strip())
+    m = _RELEASE.fullmatch(version.strip())
     return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
 

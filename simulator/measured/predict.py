@@ -84,17 +84,22 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
     if loop is not None:
         clients = loop.clients
 
+        warnings: list[str] = []
+
         def simulate_rounds(scenario: dict[str, Any]) -> list[tuple[float, float]]:
             short = simulator.load_scenario(scenario)
             result = simulator.simulate(short, profiles=profiles)
+            warnings[:] = list(result.warnings)
+            if result.summary["requests_dropped"]:
+                warnings.append(f"{result.summary['requests_dropped']} requests dropped")
             front = short.engine.style.front_end if short.engine is not None else None
             return round_means(result, front, clients)
 
         got = steady_means(mapped.scenario, loop, simulate_rounds)
         if got is not None:
             means, rounds = got
-            return means, [f"steady state: {rounds} of {loop.rounds} rounds simulated, the "
-                           f"rest carried over (measured/steady.py)"]
+            return means, [*warnings, f"steady state: {rounds} of {loop.rounds} rounds "
+                           f"simulated, the rest carried over (measured/steady.py)"]
     result = simulator.simulate(loaded, profiles=profiles)
     return _window(mapped, loaded, result)
 

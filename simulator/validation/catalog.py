@@ -160,6 +160,22 @@ class RowSpec(_Strict):
     sweep_ratio: SweepRatio | None = None
 
     @model_validator(mode="after")
+    def _parts_are_the_ratio(self) -> RowSpec:
+        parts = self.measured_parts
+        if parts is None:
+            return self
+        if min(parts) <= 0 or self.measured is None:
+            raise ValueError("measured_parts must be two positive numbers beside measured")
+        if not ((self.goodput_ratio is not None and not isinstance(self.goodput_ratio, RangeRatio))
+                or self.metric == "speedup"):
+            raise ValueError("measured_parts applies to a [numerator, denominator] goodput "
+                             "ratio or a speed-up row")
+        if abs(parts[0] / parts[1] / self.measured - 1) > 0.01:
+            raise ValueError(f"measured_parts {parts[0]:g} / {parts[1]:g} is not measured "
+                             f"{self.measured:g} (within 1 %)")
+        return self
+
+    @model_validator(mode="after")
     def _check_says_why(self) -> RowSpec:
         if (self.check is None) != (not self.check_reason):
             raise ValueError("check and check_reason go together (the kind and why)")
