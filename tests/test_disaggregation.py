@@ -529,3 +529,17 @@ def test_simulate_text_names_each_pools_gpu_when_they_differ(tmp_path: Path,
     main(["simulate", str(path)])
     out = capsys.readouterr().out
     assert "prefill 1 h100-sxm GPU(s)" in out and "decode 1 a100-sxm GPU(s)" in out
+
+
+def test_the_pessimistic_edge_slows_a_pool_on_its_own_gpu() -> None:
+    """Capacity's pessimistic judge perturbs every GPU a run costs on: the H100 prefill pool of
+    the Splitwise-style split too (before, only the scenario's A100s were), so its TTFT, a
+    prefill time on the H100 grows as the H100 profile's efficiencies drop."""
+    from simulator.sweep.capacity import _gpus_of, simulate_failures
+
+    scenario = mixed({"gb_per_s": 10.0, "latency_s": 1e-5})
+    assert _gpus_of(simulator.load_scenario(scenario).scenario) == {"a100-sxm", "h100-sxm"}
+    _, nominal = simulate_failures(scenario, {})
+    _, edge = simulate_failures(scenario, {}, pessimistic=True)
+    key = "disaggregation.prefill.prefill_s.mean"
+    assert edge[key] > nominal[key]

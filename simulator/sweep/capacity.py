@@ -164,16 +164,30 @@ def simulate_failures(scenario: dict[str, Any], targets: Mapping[str, float],
     from simulator.validation.uncertainty import perturbed
 
     loaded = simulator.load_scenario(scenario)
-    gpu = loaded.scenario.hardware.gpu
-    own = (profiles or {}).get(gpu) or load_hardware(gpu)
-    hw = perturbed(own, -1) if pessimistic else None
-    result = simulator.simulate(loaded, hardware=hw, profiles=profiles)
+    if pessimistic:  # every GPU the run costs on, a P/D pool's own one included
+        known = dict(profiles or {})
+        known = {gpu: perturbed(known.get(gpu) or load_hardware(gpu), -1)
+                 for gpu in _gpus_of(loaded.scenario)}
+        result = simulator.simulate(loaded, profiles=known)
+    else:
+        result = simulator.simulate(loaded, profiles=profiles)
     row = flatten(result.to_dict())
     why = slo_failures(row, targets)
     growth = wait_growth(result.requests["arrival_s"], result.requests["scheduled_s"])
     if growth > MAX_WAIT_GROWTH:
         why.append(f"overloaded (queue wait grows {growth:.2g} s per s)")
     return why, row
+
+
+def _gpus_of(scenario: Any) -> set[str]:
+    """The GPU profiles a validated scenario's engines cost on: its hardware, and a P/D pool's
+    own where it names one."""
+    gpus = {scenario.hardware.gpu}
+    for _, pool in scenario.deployment.engine_types:
+        hw = getattr(pool, "hardware", None)
+        if hw is not None:
+            gpus.add(hw.gpu)
+    return gpus
 
 
 def wait_growth(arrival_s: npt.NDArray[np.float64], scheduled_s: npt.NDArray[np.float64]
