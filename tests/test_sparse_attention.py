@@ -95,3 +95,21 @@ def test_an_eagle_head_on_a_sparse_model_attends_densely() -> None:
     from simulator.cost.draft import eagle_head
 
     assert eagle_head(GLM5).sparse is None
+
+
+def test_mlp_layer_types_set_the_dense_layers() -> None:
+    """transformers' newer form names each layer's MLP: three 'dense' then 'sparse' is GLM-5's
+    first_k_dense_replace 3; a wrong length is one line."""
+    import json
+
+    from simulator.model.architecture import ModelError
+    from simulator.model.hf_config import parse_hf_config
+    from simulator.model.load import CATALOG_DIR
+
+    raw = json.loads((CATALOG_DIR / "glm-5.json").read_text())
+    del raw["first_k_dense_replace"]
+    raw["mlp_layer_types"] = ["dense"] * 3 + ["sparse"] * 75
+    assert parse_hf_config(raw, "x").total_params == GLM5.total_params
+    raw["mlp_layer_types"] = ["dense"] * 3
+    with pytest.raises(ModelError, match="mlp_layer_types"):
+        parse_hf_config(raw, "x")

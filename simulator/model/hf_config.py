@@ -185,6 +185,13 @@ def _parse_moe(c: _Config, num_layers: int, intermediate: int) -> MoESpec | None
         freq = c.opt_int("moe_layer_freq", 1, minimum=1)
         layers = [i for i in range(num_layers) if i >= first_k and i % freq == 0]
         pattern_keys = "'first_k_dense_replace'/'moe_layer_freq'"
+        kinds = c.raw.get("mlp_layer_types")  # transformers' newer form ("dense"/"sparse")
+        if isinstance(kinds, list):
+            if len(kinds) != num_layers or not set(kinds) <= {"dense", "sparse"}:
+                raise c.fail(f"key 'mlp_layer_types' must list 'dense' or 'sparse' for each of "
+                             f"the {num_layers} layers")
+            layers = [i for i, kind in enumerate(kinds) if kind == "sparse"]
+            pattern_keys = "'mlp_layer_types'"
         shared_size = expert_size
     elif c.has("num_local_experts"):  # Mixtral, gpt-oss, MiniMax-M1/M2
         num_experts = c.int_("num_local_experts", minimum=0)
