@@ -11,7 +11,7 @@ import pytest
 from simulator.measured.detect import read_measurements
 from simulator.measured.predict import score
 from simulator.measured.scenario import map_run
-from simulator.measured.steady import Loop, carried_over, closed_loop, steady_means
+from simulator.measured.steady import Loop, carried_over_ms, closed_loop, steady_means_ms
 from tests.test_measured import DENSE, write_csv
 
 
@@ -20,7 +20,7 @@ def test_carried_over_by_hand() -> None:
     at 50 / 5, the drain at 40 / 4. The measured rounds are 1-4 as simulated, 15 more at 50 / 5
     and the drain: (100 + 18 x 50 + 40) / 20 = 52.0 ms and (10 + 18 x 5 + 4) / 20 = 5.2 ms."""
     means = [(999.0, 99.0), (100.0, 10.0), (50.0, 5.0), (50.0, 5.0), (50.0, 5.0), (40.0, 4.0)]
-    got = carried_over(means, 21)
+    got = carried_over_ms(means, 21)
     assert got == pytest.approx({"ttft.mean": 52.0, "tpot.mean": 5.2})
 
 
@@ -31,7 +31,7 @@ def test_carried_over_by_hand() -> None:
 ])
 def test_rounds_not_yet_steady_are_not_carried_over(middle: list[tuple[float, float]]) -> None:
     means = [(999.0, 99.0), (100.0, 10.0), *middle, (40.0, 4.0)]
-    assert carried_over(means, 21) is None
+    assert carried_over_ms(means, 21) is None
 
 
 def _scenario(**workload: object) -> dict[str, object]:
@@ -63,7 +63,7 @@ def test_a_loop_that_never_settles_runs_whole() -> None:
         calls.append(n)
         return [(100.0 + 10 * i, 5.0) for i in range(n)]
 
-    assert steady_means(_scenario(), Loop(4, 21), drifting) is None
+    assert steady_means_ms(_scenario(), Loop(4, 21), drifting) is None
     assert calls == [6]  # 12 rounds would leave fewer than 12 unsimulated: the whole run
 
 

@@ -58,10 +58,10 @@ def run_validate_bench(paths: Sequence[Path], sample: int, seed: int, repeat: in
                  records: list[dict[str, Any]] = records) -> None:
             records[:] = score_all(chosen, method, workers)
 
-        wall, cpu = timed(work, repeat)
+        wall_s, cpu_s = timed(work, repeat)
         scored = sum(r["status"] == "scored" for r in records)
-        per_run = wall / max(1, len(chosen))
-        yield (f"{method}: {len(chosen)} runs ({scored} scored) in {wall:.2f} s wall, "
-               f"{cpu:.2f} s CPU (medians of {repeat}); {len(chosen) / wall:.1f} runs/s; all "
-               f"{total} runs at this rate: {total * per_run:.0f} s (target <= "
+        per_run_s = wall_s / max(1, len(chosen))
+        yield (f"{method}: {len(chosen)} runs ({scored} scored) in {wall_s:.2f} s wall, "
+               f"{cpu_s:.2f} s CPU (medians of {repeat}); {len(chosen) / wall_s:.1f} runs/s; all "
+               f"{total} runs at this rate: {total * per_run_s:.0f} s (target <= "
                f"{TARGET_S[method]:.0f} s for the calibration file's 3,028)")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from simulator.measured.scenario import Mapped, Unsupported
-from simulator.measured.steady import closed_loop, round_means, steady_means
+from simulator.measured.steady import closed_loop, round_means_ms, steady_means_ms
 
 # Exception class names (not imported: the cost model stays out of this module's imports)
 # that mean "the simulator cannot run this setup", not "the input is wrong".
@@ -93,9 +93,9 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
             if result.summary["requests_dropped"]:
                 warnings.append(f"{result.summary['requests_dropped']} requests dropped")
             front = short.engine.style.front_end if short.engine is not None else None
-            return round_means(result, front, clients)
+            return round_means_ms(result, front, clients)
 
-        got = steady_means(mapped.scenario, loop, simulate_rounds)
+        got = steady_means_ms(mapped.scenario, loop, simulate_rounds)
         if got is not None:
             means, rounds = got
             return means, [*warnings, f"steady state: {rounds} of {loop.rounds} rounds "

@@ -58,7 +58,7 @@ def closed_loop(scenario: dict[str, Any], warmup: int, measured: set[str]) -> Lo
     return Loop(clients, n // clients)
 
 
-def round_means(result: Any, front_end: Any, clients: int) -> list[tuple[float, float]]:
+def round_means_ms(result: Any, front_end: Any, clients: int) -> list[tuple[float, float]]:
     """(mean TTFT, mean TPOT) in ms of each round of a simulated run, as summarize computes them
     over that round's requests (client-side TTFT)."""
     from simulator.metrics.summary import summarize
@@ -73,7 +73,7 @@ def round_means(result: Any, front_end: Any, clients: int) -> list[tuple[float, 
     return out  # type: ignore[return-value]
 
 
-def carried_over(means: list[tuple[float, float]], rounds: int) -> dict[str, float] | None:
+def carried_over_ms(means: list[tuple[float, float]], rounds: int) -> dict[str, float] | None:
     """The whole run's measured means from a shortened run's rounds (module docstring); None
     when its middle rounds are not yet steady."""
     k = len(means)
@@ -97,7 +97,7 @@ def carried_over(means: list[tuple[float, float]], rounds: int) -> dict[str, flo
             for i, (name, _) in enumerate(METRICS)}
 
 
-def steady_means(scenario: dict[str, Any], loop: Loop, simulate_rounds: Any
+def steady_means_ms(scenario: dict[str, Any], loop: Loop, simulate_rounds: Any
                  ) -> tuple[dict[str, float], int] | None:
     """The whole run's means from the fewest rounds that reach a steady state, and the rounds
     simulated; None when only the whole run does. `simulate_rounds(scenario)` simulates a
@@ -106,7 +106,7 @@ def steady_means(scenario: dict[str, Any], loop: Loop, simulate_rounds: Any
     while 2 * k <= loop.rounds:
         short = copy.deepcopy(scenario)
         short["workload"]["num_requests"] = k * loop.clients
-        got = carried_over(simulate_rounds(short), loop.rounds)
+        got = carried_over_ms(simulate_rounds(short), loop.rounds)
         if got is not None:
             return got, k
         k *= 2
