@@ -6,8 +6,11 @@ decode step's GEMMs are memory-bound (a few rows against whole weight matrices),
 classes' streaming rate that the runs see; their main-loop compute fractions show only in
 prefill, where TTFT also carries queueing and the host's scheduling, and are left to kernel
 rows. A fraction moves a run's GPU time, where an engine style's host cost moves its host
-time; the fit declares host costs first, so where the runs cannot tell the two apart
-(calibration/identify.py: collinear columns) the GPU factor is the one left at its prior.
+time. The fit runs in stages (calibration/stages.py): host costs first on every run, then GPU
+factors on TPOT with the host costs held, so a GPU factor fits only what the host costs leave.
+Identifiability (calibration/identify.py) is checked within each stage, not across them: a
+GPU factor the runs cannot tell from a host cost is not left at its prior by that check; the
+staging is what keeps it from absorbing the host cost.
 
 Bounds: a fraction of datasheet bandwidth lies in [0.2, 0.95]. 0.95 is above any streaming
 kernel's reach (copy kernels measure about 0.92 of the datasheet figure), 0.2 below any

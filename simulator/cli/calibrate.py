@@ -50,8 +50,8 @@ def _signed(v: float | None) -> str:
               "cpu_per_seq_us. gpu: per GPU profile, the streaming fraction "
               "(gemm_classes.<class>.hbm_fraction) of each GEMM kernel class that at least 20 "
               "runs of 3 configurations run through, within [0.2, 0.95] of HBM peak; decode "
-              "TPOT sees it. Host costs are declared first: a GPU factor the runs cannot tell "
-              "from a host cost is left at its prior. Example: --fit host,gpu.")
+              "TPOT sees it. Host costs are fitted first, on every run; GPU factors then fit "
+              "only what they leave on TPOT. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="Cross-validation folds (grouped by configuration).")
 @click.option("--seed", type=int, default=0, show_default=True,

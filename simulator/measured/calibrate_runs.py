@@ -259,8 +259,8 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
                   fit: Sequence[str] = ("host",)) -> RunProblem:
     """Prepare every mapped run; refused ones are counted by reason (as validate
     --measurements does); observations of runs without a finite estimate at the shipped
-    values are dropped (counted). `fit` names the parameter kinds declared (FIT_KINDS):
-    host costs first, so a GPU factor collinear with one is the one left at its prior."""
+    values are dropped (counted). `fit` names the parameter kinds declared (FIT_KINDS), host
+    costs first: they are fitted in that order, each stage on what the earlier ones leave."""
     used: list[Mapped] = []
     prepared: list[_Prepared] = []
     refused: Counter[str] = Counter()
