@@ -10,7 +10,7 @@ import pytest
 
 from simulator.cost import BatchShape, Formats, ParallelLayout, StepModel
 from simulator.cost.memory import kv_bytes_per_token_per_gpu
-from simulator.cost.operators import indexer_terms
+from simulator.cost.operators import indexer_consts, indexer_terms
 from simulator.hardware.profile import load_hardware
 from simulator.model.load import load_architecture
 
@@ -41,7 +41,10 @@ def test_indexer_cost_by_hand() -> None:
     (each sequence's new token too) with 2 x 32 x 128 = 8,192 FLOPs each and reads 132 bytes
     of each, in 78 layers: 83.8 GFLOP and 1.35 GB."""
     m = StepModel(GLM5, load_hardware("h200-sxm"), TP8, Formats("fp8", "fp8", "bf16"))
-    flops, nbytes = indexer_terms(m, BatchShape(decode_seqs=32, decode_context_tokens=131_072))
+    got = indexer_terms(m, indexer_consts(m), BatchShape(decode_seqs=32,
+                                                         decode_context_tokens=131_072))
+    assert got is not None
+    flops, nbytes = got
     assert flops == 8192 * 131_104 * 78
     assert nbytes == 132 * 131_104 * 78
 

@@ -67,9 +67,8 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
             o_k = heads * m.v_head_dim
         if a.sparse is not None:  # the indexer: queries from the query latent; key, weights
             sp = a.sparse
-            q_in = a.mla.q_lora_rank if a.mla is not None and a.mla.q_lora_rank else h
             ops.append(k.gemm("dsa_indexer_q_proj", ma, sp.index_heads * sp.index_head_dim,
-                              q_in, L, bf16=bf16_attn))
+                              a.indexer_query_input_size, L, bf16=bf16_attn))
             ops.append(k.gemm("dsa_indexer_k_proj", ma, sp.index_head_dim + sp.index_heads, h,
                               L, bf16=bf16_attn))
         ops.append(k.gemm("o_proj", ma, h, o_k, L, bf16=bf16_out))
@@ -300,20 +299,31 @@ def attention_terms(
         decode = (per_pair_d * q_per_seq * work, kv_tok * work)
     return prefill, decode
 
-def indexer_terms(
-    k: Kernels, b: BatchShape, ranks: int | None = None
-) -> tuple[float, float] | None:
-    """(FLOPs, bytes) over all layers, per GPU, of a sparse model's lightning indexer: every
-    query's index heads score every cached token (2 x heads x head dim FLOPs a pair) and read
-    its FP8 index key, prefill and decode alike; no window (it chooses the top-k). Its heads
-    are taken whole on every TP rank (assumed), its batch split over attention-DP ranks as
-    attention's. None without sparse attention."""
+# A sparse model's indexer per step: (FLOPs per query-key pair, bytes per cached token, per
+# layer); None without sparse attention.
+IndexerConsts = tuple[float, float] | None
+
+
+def indexer_consts(k: Kernels) -> IndexerConsts:
+    """Per-step constants of the lightning indexer: every query's index heads score a key
+    with 2 x heads x head dim FLOPs and read its index key (Architecture.index_key_bytes)."""
     sp = k.arch.sparse
     if sp is None:
         return None
+    return 2.0 * sp.index_heads * sp.index_head_dim, float(k.arch.index_key_bytes)
+
+
+def indexer_terms(
+    k: Kernels, consts: IndexerConsts, b: BatchShape, ranks: int | None = None
+) -> tuple[float, float] | None:
+    """(FLOPs, bytes) over all layers, per GPU, of a sparse model's lightning indexer: every
+    query scores every cached token, prefill and decode alike; no window (it chooses the
+    top-k). Its heads are taken whole on every TP rank (assumed), its batch split over
+    attention-DP ranks as attention's. None without sparse attention or work."""
+    if consts is None:
+        return None
+    per_pair, key = consts
     dp = k.layout.attention_data_parallel if ranks is None else ranks
-    per_pair = 2.0 * sp.index_heads * sp.index_head_dim
-    key = k.arch.index_key_bytes
     pairs = tokens = 0.0
     if b.prefill_tokens > 0:
         pairs += b.prefill_attention_pairs / dp
@@ -351,7 +361,7 @@ def attention_ops(
     ):
         if terms is not None:
             ops.append(roofline(name, terms[0], terms[1], r, w, layers, fixed))
-    idx = indexer_terms(k, b, ranks)
+    idx = indexer_terms(k, indexer_consts(k), b, ranks)
     if idx is not None:  # at the decode attention kernel's rates (assumed), one launch a layer
         ops.append(roofline("dsa_indexer", idx[0], idx[1], decode_rate, decode_bw, layers,
                             k.hw.kernel_launch_overhead_s))

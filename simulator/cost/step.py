@@ -19,6 +19,7 @@ from simulator.cost import operators
 from simulator.cost.kernels import Kernels
 from simulator.cost.operators import (
     AttentionConsts,
+    IndexerConsts,
     attention_fixed_s,
     attention_terms,
     indexer_terms,
@@ -51,6 +52,10 @@ class StepModel(Kernels):
         return operators.attention_consts(self)
 
     @cached_property
+    def _idx_consts(self) -> IndexerConsts:
+        return operators.indexer_consts(self)
+
+    @cached_property
     def _attn_fixed(self) -> tuple[float, float]:
         return attention_fixed_s(self)
 
@@ -78,8 +83,8 @@ class StepModel(Kernels):
             t += max(prefill[0] / rate, prefill[1] / bw) + layers * prefill_fixed
         if decode is not None:
             t += max(decode[0] / decode_rate, decode[1] / decode_bw) + layers * decode_fixed
-        if self.arch.sparse is not None:
-            idx = indexer_terms(self, b, ranks)
+        if self._idx_consts is not None:
+            idx = indexer_terms(self, self._idx_consts, b, ranks)
             if idx is not None:
                 t += max(idx[0] / decode_rate, idx[1] / decode_bw) + (
                     layers * self.hw.kernel_launch_overhead_s)
@@ -137,7 +142,7 @@ class StepModel(Kernels):
         window = self.arch.attention_window if n_sw else None
         cap_sw = decode_seqs / dp * window if window is not None else 0.0
         out = []
-        sparse = self.arch.sparse is not None
+        sparse = self._idx_consts is not None
         for i in range(steps):
             ctx = (float(context_tokens + decode_seqs * i) + decode_seqs * 1) / dp
             work = n_full * ctx + (n_sw * min(ctx, cap_sw) if window is not None else 0.0)
@@ -150,15 +155,14 @@ class StepModel(Kernels):
     def _indexer_decode_s(self, ctx: Any) -> Any:
         """The indexer's time in a pure decode step of summed per-rank context `ctx` (a float
         or an array), by indexer_terms' arithmetic in its order (the floats agree)."""
-        sp = self.arch.sparse
-        assert sp is not None
+        assert self._idx_consts is not None
+        per_pair, key = self._idx_consts
         consts = self._attn_consts
         rate, bw, layers = consts[9], consts[10], consts[8]
-        per_pair = 2.0 * sp.index_heads * sp.index_head_dim
         pairs = 0.0 + ctx * 1
         tokens = 0.0 + ctx
         flops = per_pair * pairs * layers
-        nbytes = self.arch.index_key_bytes * tokens * layers
+        nbytes = key * tokens * layers
         a, b = flops / rate, nbytes / bw
         top = np.maximum(a, b) if isinstance(a, np.ndarray) else max(a, b)  # scalar: no numpy
         return top + layers * self.hw.kernel_launch_overhead_s
@@ -184,6 +188,6 @@ class StepModel(Kernels):
         fixed = layers * self.hw.attention_decode_fixed_s
         # The scalar path starts from 0.0 and adds this term: the same float.
         attention: FloatArray = np.maximum(flops / rate, nbytes / bw) + fixed
-        if self.arch.sparse is not None:
+        if self._idx_consts is not None:
             attention = attention + self._indexer_decode_s(ctx)
         return attention

@@ -37,6 +37,14 @@ class MLASpec:
     v_head_dim: int
 
 
+# The indexer key cache's layout (DeepSeek-V3.2's FP8 keys, block-scaled): bytes of an FP8 value
+# and of an FP32 scale, and the values one scale covers (assumed: the DeepGEMM FP8 MQA-logits
+# kernel's 128-value blocks; no published GLM-5 figure).
+FP8_BYTES = 1
+FP32_BYTES = 4
+INDEX_SCALE_BLOCK = 128
+
+
 @dataclass(frozen=True, slots=True)
 class SparseAttentionSpec:
     """DeepSeek-V3.2-style sparse attention (DSA, GLM-5): a lightning indexer scores every
@@ -231,24 +239,31 @@ class Architecture:
     @property
     def index_key_bytes(self) -> int:
         """Bytes one cached token's indexer key takes per layer: FP8 values plus one FP32
-        scale per 128 of them (the block-scaled layout of DeepGEMM's FP8 MQA-logits kernel
-        that DeepSeek-V3.2's indexer runs on; assumed for GLM-5 too). 0 without DSA."""
+        scale per INDEX_SCALE_BLOCK of them (the block-scaled layout of DeepGEMM's FP8
+        MQA-logits kernel that DeepSeek-V3.2's indexer runs on; assumed for GLM-5 too). 0
+        without DSA."""
         if self.sparse is None:
             return 0
         d = self.sparse.index_head_dim
-        return d + 4 * -(-d // 128)
+        return d * FP8_BYTES + FP32_BYTES * -(-d // INDEX_SCALE_BLOCK)
+
+    @property
+    def indexer_query_input_size(self) -> int:
+        """What the indexer's queries are projected from: MLA's query latent (q_lora_rank),
+        else the hidden state."""
+        if self.mla is not None and self.mla.q_lora_rank:
+            return self.mla.q_lora_rank
+        return self.hidden_size
 
     @property
     def indexer_params_per_layer(self) -> int:
-        """The indexer's projections: queries from the query latent (q_lora_rank, or the
-        hidden state), one shared key and the per-head weights from the hidden state."""
+        """The indexer's projections: queries from `indexer_query_input_size`, one shared key
+        and the per-head weights from the hidden state."""
         if self.sparse is None:
             return 0
         sp = self.sparse
-        q_in = self.mla.q_lora_rank if self.mla is not None and self.mla.q_lora_rank else (
-            self.hidden_size)
-        return (q_in * sp.index_heads * sp.index_head_dim
-                + self.hidden_size * sp.index_head_dim + self.hidden_size * sp.index_heads)
+        return (self.indexer_query_input_size * sp.index_heads * sp.index_head_dim
+                + self.hidden_size * (sp.index_head_dim + sp.index_heads))
 
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements per token per layer (all KV heads; MLA caches the latent)."""
