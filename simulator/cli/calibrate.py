@@ -118,16 +118,15 @@ def _confirm(used: list[Any], overlay: str, n: int, seed: int, workers: int) -> 
     import random
 
     from simulator.cli.calibration_flag import calibration_applied
-    from simulator.measured.scoring import calibrated_runs, error_stats, score_all
+    from simulator.measured.scoring import error_stats, score_under
     from simulator.progress import Progress
 
     chosen = random.Random(seed).sample(used, min(n, len(used)))
     applied = calibration_applied(overlay)
     progress = Progress(2 * len(chosen), label="calibrate: confirming by simulation",
                         unit="runs")
-    before = score_all(chosen, "simulate", workers, progress)
-    after = score_all(calibrated_runs(chosen, applied.host_costs), "simulate", workers,
-                      progress, applied.gpu_values)
+    before = score_under(chosen, None, "simulate", workers, progress)
+    after = score_under(chosen, applied, "simulate", workers, progress)
     progress.close()
     rows = []
     for metric in ("ttft.mean", "tpot.mean"):

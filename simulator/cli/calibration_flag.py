@@ -66,6 +66,8 @@ def calibration_overrides(scenario: str, overrides: tuple[str, ...],
     return [f"{key}={value:.16e}" for key, value in overhead_overrides(s, costs)]
 
 
-def calibration_line(path: str) -> str:
-    """The first line of a calibrated text result: the file and what it sets."""
-    return f"calibration: {path} (fitted to measured runs: {calibration_applied(path).describe()})"
+def calibration_line(path: str, applied: Applied | None = None) -> str:
+    """The first line of a calibrated text result: the file and what it sets (`applied`: the
+    overlay already read, so it is not read again)."""
+    applied = applied if applied is not None else calibration_applied(path)
+    return f"calibration: {path} (fitted to measured runs: {applied.describe()})"

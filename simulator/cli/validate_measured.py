@@ -125,22 +125,19 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
     """Read every file (failing before any scoring), map, score, then print once; under a
     calibration, with its host costs in each run's scenario and its GPU profiles in each run,
     and said on the first line."""
-    from simulator.measured.scoring import calibrated_runs, score_all, summarise
+    from simulator.measured.scoring import score_under, summarise
     from simulator.progress import Progress
 
     start = time.perf_counter()
-    gpu_values: tuple[Any, ...] = ()
-    head = None
+    applied, head = None, None
     if calibration is not None:  # a bad overlay fails before any file is read
         from simulator.cli.calibration_flag import calibration_applied, calibration_line
 
         applied = calibration_applied(calibration)
-        gpu_values, head = applied.gpu_values, calibration_line(calibration)
+        head = calibration_line(calibration, applied)
     _, _, mapped = read_and_map(files, fmt, scenario, sets, limit, sample, seed)
-    if calibration is not None:
-        mapped = calibrated_runs(mapped, applied.host_costs)
     progress = Progress(len(mapped), label="validate", unit="runs")
-    records = score_all(mapped, method, workers, progress, gpu_values, steady=not full_runs)
+    records = score_under(mapped, applied, method, workers, progress, steady=not full_runs)
     progress.close()
     result = {"method": method, "files": [str(f) for f in files],
               "calibration": calibration, "seconds": time.perf_counter() - start,

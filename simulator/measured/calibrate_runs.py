@@ -25,6 +25,7 @@ import numpy as np
 
 from simulator.calibration.build import RowSource
 from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, streaming_keys
+from simulator.calibration.host_costs import HOST_KEYS
 from simulator.calibration.params import (
     FloatArray,
     FreeParameter,
@@ -39,8 +40,7 @@ from simulator.measured.predict import REFUSAL_CATEGORY
 from simulator.measured.scenario import WORKERS_GUESSED, Mapped, Unsupported
 from simulator.progress import Progress
 
-# The host-cost keys of an engine style the fit moves, and the bounds around the shipped value.
-HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us")
+# The bounds around the shipped host-cost values the fit moves (host_costs.HOST_KEYS).
 BOUND_FACTOR = 20.0
 # Prior for a shipped value of 0 (a style without a per-sequence cost): a log-scale parameter
 # needs a positive prior, so such a key starts from this many microseconds.
@@ -223,15 +223,15 @@ def _rebuilt(prep: _Prepared, values: Mapping[str, float]) -> Any:
     cached one where the run has none)."""
     if not prep.gpu_params:
         return prep.engine
-    from simulator.calibration.applied import calibrated_profile
+    from simulator.calibration.applied import profiles_of
     from simulator.serving.engine_build import build_engine
 
-    by_gpu: dict[str, dict[str, float]] = {}
-    for name, gpu, key in prep.gpu_params:
-        if name in values:
-            by_gpu.setdefault(gpu, {})[key] = values[name]
-    profiles = {gpu: calibrated_profile(gpu, v) for gpu, v in by_gpu.items()}
-    return build_engine(prep.scenario, prep.base_dir, None, profiles)
+    # (GPU, key, value, shipped): profiles_of reads the first three.
+    set_here = [(gpu, key, values[name], math.nan) for name, gpu, key in prep.gpu_params
+                if name in values]
+    if not set_here:  # a stage that moves no GPU value: the cached engine is the same
+        return prep.engine
+    return build_engine(prep.scenario, prep.base_dir, None, profiles_of(set_here))
 
 
 def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:

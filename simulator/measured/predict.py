@@ -92,8 +92,7 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
             warnings[:] = list(result.warnings)
             if result.summary["requests_dropped"]:
                 warnings.append(f"{result.summary['requests_dropped']} requests dropped")
-            front = short.engine.style.front_end if short.engine is not None else None
-            return round_means_ms(result, front, clients)
+            return round_means_ms(result, _front_end(short), clients)
 
         got = steady_means_ms(mapped.scenario, loop, simulate_rounds)
         if got is not None:
@@ -102,6 +101,11 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
                            f"simulated, the rest carried over (measured/steady.py)"]
     result = simulator.simulate(loaded, profiles=profiles)
     return _window(mapped, loaded, result)
+
+
+def _front_end(loaded: Any) -> Any:
+    """The client-side front end the scenario's engine style charges (None: no engine)."""
+    return loaded.engine.style.front_end if loaded.engine is not None else None
 
 
 def _window(mapped: Mapped, loaded: Any, result: Any) -> tuple[dict[str, float], list[str]]:
@@ -114,8 +118,8 @@ def _window(mapped: Mapped, loaded: Any, result: Any) -> tuple[dict[str, float],
     if warmup:
         records = result.requests[warmup:]
         empty = np.empty(0)
-        front_end = loaded.engine.style.front_end if loaded.engine is not None else None
-        summary = summarize(records, empty, empty, result.summary["num_gpus"], None, front_end)
+        summary = summarize(records, empty, empty, result.summary["num_gpus"], None,
+                            _front_end(loaded))
     out: dict[str, float] = {}
     for quantity, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s"),
                           ("itl", "itl_s")):

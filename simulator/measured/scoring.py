@@ -16,7 +16,7 @@ from simulator.measured.scenario import WORKERS_GUESSED, Mapped
 from simulator.progress import Progress
 
 if TYPE_CHECKING:
-    from simulator.calibration.applied import GpuValue
+    from simulator.calibration.applied import Applied, GpuValue
 
 
 def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
@@ -57,6 +57,18 @@ def calibrated_runs(mapped: Sequence[Mapped], host_costs: Mapping[str, Mapping[s
             return m
 
     return [one(m) for m in mapped]
+
+
+def score_under(mapped: Sequence[Mapped], applied: Applied | None, method: str,
+                workers: int = 1, progress: Progress | None = None,
+                steady: bool = True) -> list[dict[str, Any]]:
+    """score_all of the runs as a calibration overlay (`applied`, calibration/applied.py)
+    gives them: its host costs in each scenario, its GPU profiles in each run; None: the
+    shipped values. The one rule `validate --calibration` and `calibrate --confirm` share."""
+    if applied is None:
+        return score_all(mapped, method, workers, progress, steady=steady)
+    return score_all(calibrated_runs(mapped, applied.host_costs), method, workers, progress,
+                     applied.gpu_values, steady)
 
 
 def error_stats(errors: Sequence[float]) -> dict[str, float]:
