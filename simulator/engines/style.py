@@ -208,7 +208,7 @@ class EngineStyle:
 def load_engine_styles(path: Path = STYLES_PATH) -> dict[str, EngineStyle]:
     """Every style in the file at its default (newest) release, parsed once per path (sweeps
     build thousands of engines)."""
-    return {name: _style(name, body) for name, (body, _) in _style_files(path).items()}
+    return {name: engine_style(name, None, path) for name in _style_files(path)}
 
 
 @functools.lru_cache(maxsize=64)
