@@ -8,15 +8,14 @@ import itertools
 import pytest
 
 import simulator
+from simulator.sweep.frontier import pareto_front, throughput_at_speed
 from simulator.validation.rows import load_rows
 from simulator.validation.sweep_rows import (
     SWEEP_METRIC,
     _spec,
     at_concurrency,
-    pareto_front,
     side_points,
     sweep_rows,
-    throughput_at_speed,
 )
 
 # (tokens/s per user, tokens/s per GPU): (60, 40) is beaten by (80, 50) on both axes.

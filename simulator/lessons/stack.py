@@ -13,7 +13,7 @@ from typing import Any
 
 from simulator.lessons.core import Findings, col
 from simulator.sweep.frontier import (
-    Point,
+    SpeedPoint,
     pareto_front,
     speed_at_throughput,
     throughput_at_speed,
@@ -64,7 +64,7 @@ def _stages(rows: Sequence[Row]) -> dict[str, list[Row]]:
     return out
 
 
-def _points(rows: Sequence[Row]) -> list[Point]:
+def _points(rows: Sequence[Row]) -> list[SpeedPoint]:
     return [(col(r, USER), col(r, GPU)) for r in rows
             if number(r, USER) is not None and number(r, GPU) is not None]
 
@@ -100,12 +100,13 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
     speed = col(mid, USER)
     best = max(col(r, GPU) for r in base)
     target = best / 2
-    at_speed = [throughput_at_speed(_points(stages[n]), speed) for n in names]
-    at_tput = [speed_at_throughput(_points(stages[n]), target) for n in names]
+    stage_points = [_points(stages[n]) for n in names]
+    at_speed = [throughput_at_speed(p, speed) for p in stage_points]
+    at_tput = [speed_at_throughput(p, target) for p in stage_points]
     # A stage whose every point is faster than the speed (or carries more than the
     # throughput) is read at its extreme point: it would do at least that at more load.
     # (On the frontier, whose ends are where the interpolation clamps.)
-    fronts = [pareto_front(_points(stages[n])) for n in names]
+    fronts = [pareto_front(p) for p in stage_points]
     floor_s = [bool(f) and f[0][0] > speed for f in fronts]
     floor_t = [bool(f) and f[-1][1] > target for f in fronts]
     lines = [

@@ -114,7 +114,7 @@ def analyze_with(spec: Mapping[str, Any], rows: list[Row]) -> Findings:
     interactive = [w for (_, tn), w in won.items() if tn != RELAXED.name]
     extra = [Section("Winners by traffic and SLO", "The point of each pair that meets the "
                      "tier with the most output tokens/s per GPU, over the layouts and loads "
-                     "swept.", html_body=_table(by_traffic, spec))]
+                     "swept.", html_body=_table(won, list(by_traffic), spec))]
     return Findings(lines, interactive, extra)
 
 
@@ -145,13 +145,15 @@ def _summary(won: Mapping[tuple[str, str], Row], traffics: Sequence[str],
     return out
 
 
-def _table(by_traffic: Mapping[str, Sequence[Row]], spec: Mapping[str, Any]) -> str:
+def _table(won: Mapping[tuple[str, str], Row], traffics: Sequence[str],
+           spec: Mapping[str, Any]) -> str:
+    """The winners already found, one row a traffic, one column a tier."""
     head = "".join(f"<th>{html.escape(t.describe())}</th>" for t in tiers(spec))
     body = []
-    for traffic, group in by_traffic.items():
+    for traffic in traffics:
         cells = []
         for tier in tiers(spec):
-            w = winner(group, tier)
+            w = won.get((traffic, tier.name))
             cells.append("<td>" + (html.escape(_point(w)) if w is not None else "none") + "</td>")
         body.append(f"<tr><th>{html.escape(traffic)}</th>{''.join(cells)}</tr>")
     return (f'<table class="facts"><tr><th>traffic</th>{head}</tr>{"".join(body)}</table>')

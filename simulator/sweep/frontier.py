@@ -93,17 +93,17 @@ def pareto_mask(xs: Sequence[float | None], ys: Sequence[float | None],
     return mask
 
 
-Point = tuple[float, float]  # (output tokens/s per user, output tokens/s per GPU)
+SpeedPoint = tuple[float, float]  # (output tokens/s per user, output tokens/s per GPU)
 
 
-def pareto_front(points: Sequence[Point]) -> list[Point]:
+def pareto_front(points: Sequence[SpeedPoint]) -> list[SpeedPoint]:
     """The frontier of (per-user speed, per-GPU throughput) points, both maximized, once each,
     by rising per-user speed (so by falling per-GPU throughput)."""
     mask = pareto_mask([x for x, _ in points], [y for _, y in points])
     return sorted({p for p, on in zip(points, mask, strict=True) if on})
 
 
-def throughput_at_speed(points: Sequence[Point], speed: float) -> float | None:
+def throughput_at_speed(points: Sequence[SpeedPoint], speed: float) -> float | None:
     """Per-GPU throughput of the frontier at a per-user speed target: the line between the
     two frontier points around it; the frontier's best throughput when every point is faster
     than the target (a faster point serves a slower target); None when no point reaches it."""
@@ -118,7 +118,7 @@ def throughput_at_speed(points: Sequence[Point], speed: float) -> float | None:
     raise AssertionError("unreachable: speed lies inside the frontier's range")
 
 
-def speed_at_throughput(points: Sequence[Point], throughput: float) -> float | None:
+def speed_at_throughput(points: Sequence[SpeedPoint], throughput: float) -> float | None:
     """Per-user speed of the frontier at a per-GPU throughput target (throughput_at_speed with
     the axes swapped): None when no point carries that much."""
     return throughput_at_speed([(y, x) for x, y in points], throughput)

@@ -10,12 +10,11 @@ import copy
 from functools import cache
 from typing import Any
 
-from simulator.sweep.frontier import Point, pareto_front, throughput_at_speed
+from simulator.sweep.frontier import SpeedPoint, throughput_at_speed
 from simulator.validation import catalog
 from simulator.validation.catalog import SWEEP_METRIC
 
-__all__ = ["SWEEP_METRIC", "Point", "pareto_front", "predict_sweep_ratio", "side_points",
-           "sweep_rows", "throughput_at_speed"]
+__all__ = ["SWEEP_METRIC", "predict_sweep_ratio", "side_points", "sweep_rows"]
 
 @cache
 def _spec() -> dict[str, Any]:
@@ -38,7 +37,7 @@ def at_concurrency(
 
 
 @cache
-def side_points(name: str) -> tuple[Point, ...]:
+def side_points(name: str) -> tuple[SpeedPoint, ...]:
     """(mean tokens/s per user, tokens/s per GPU) of one side at each swept concurrency."""
     import simulator
 
