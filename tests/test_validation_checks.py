@@ -85,8 +85,10 @@ def test_part_errors_are_each_parts_own() -> None:
 
 
 def test_ratio_parts_are_scored_in_the_headline() -> None:
-    """Every row that publishes its parts is scored on them: the predicted ratio is the ratio
-    of the predicted parts, and `ratio parts` counts two errors per such row."""
+    """Every row that publishes its parts is scored on them (two errors a row in `ratio
+    parts`), each part against its own published figure: DistServe's Figure 1 colocated over
+    decode-only goodput (1.6 / 10 req/s, disagg-00) lands within 25 % as a ratio while each
+    goodput is more than twice the paper's, which the ratio alone hid."""
     from simulator.validation.runner import run_validation
 
     rows = [r for r in load_rows() if r.measured_parts is not None]
@@ -96,8 +98,8 @@ def test_ratio_parts_are_scored_in_the_headline() -> None:
     for row in rows:
         parts = scored[row.id]["parts"]
         assert parts is not None and parts["measured"] == list(row.measured_parts or ())
-        num, den = parts["predicted"]
-        assert scored[row.id]["predicted"] == pytest.approx(num / den, rel=1e-12)
+    d0 = scored["disagg-00"]
+    assert abs(d0["error"]) < 0.25 and min(d0["parts"]["errors"]) > 1.0
     headline = [r for r in rows if r.check is None]
     assert result["groups"]["measures"]["ratio parts"]["rows"] == 2 * len(headline)
 
