@@ -52,15 +52,21 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
             f"the weights, so TPOT barely moves as the batch grows and every extra sequence is "
             f"nearly free.")
     context = _mean_context(spec)
+    figures: dict[str, float] = {"mean decode context (tokens)": context,
+                                 "ridge (FLOP per byte)": model.ridge_flops_per_byte}
+    if cross is not None:
+        figures["linear layers compute-bound from batch"] = cross
     for b in sorted({cross or b_hi, b_hi}):
         what, share = bound_of(model.cost(BatchShape(decode_seqs=b,
                                                      decode_context_tokens=b * context)))
+        figures[f"batch {b}: decode step batch"] = b
+        figures[f"batch {b}: share bound by {what}"] = share
         lines.append(
             f"The whole decode step at batch {b} (mean context {context} tokens) is bound by "
             f"{what}: {share:.0%} of it, as `frontier explain {spec['model']} --gpu {gpu} "
             f"--decode-batch {b} --context {context}` prints; attention stays HBM-bound at any "
             f"batch, since each sequence reads its own KV cache.")
-    return Findings(lines, [lo, rows[len(rows) // 2], hi])
+    return Findings(lines, [lo, rows[len(rows) // 2], hi], figures=figures)
 
 
 def _mean_context(spec: Mapping[str, Any]) -> int:

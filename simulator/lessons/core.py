@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import html
+import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from simulator.errors import InputError
 from simulator.inputs.scenario import apply_overrides
 from simulator.inputs.shipped import scenarios_dir
 from simulator.inputs.yamlfile import load_yaml_mapping
-from simulator.report.page import Section, render_page
+from simulator.report.page import Section, facts_table, render_page
 from simulator.report.sweep_figures import breakdown_figure, frontier_figure, split_figure
 from simulator.report.sweep_report import load_sweep_dir, spread, step_breakdown
 from simulator.safeio import write_atomic
@@ -26,6 +27,8 @@ from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
 from simulator.sweep.pipeline import run_sweep
 from simulator.sweep.table import Row, number, value_label
 
+USER_COLUMN = DEFAULT_X  # output tokens/s per user, p50
+GPU_COLUMN = DEFAULT_Y  # output tokens/s per GPU
 QUICK_REQUESTS = 48  # --quick: requests per point (the curves keep their shape, noise grows)
 # The breakdown reruns a point with its step time series, which costs each step op by op: at
 # most this many requests (or two per concurrent slot), enough for a stable mean step.
@@ -39,6 +42,12 @@ class Findings:
     headlines: list[str]
     breakdown_points: list[Row] = field(default_factory=list)
     extra: list[Section] = field(default_factory=list)
+    # The rows the sentences quote (beside the breakdown points) and the figures the analysis
+    # computed itself (an interpolation, a step model's share, a block count), by name: the
+    # page's data, shown under "Numbers behind the text" and written to numbers.json, from
+    # which every number of a sentence must come (tests/test_lessons.py checks it).
+    cited: list[Row] = field(default_factory=list)
+    figures: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,6 +156,8 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
                 f"Frontier by {lesson.color_by}{where}", "Each value with its own frontier line.",
                 split_figure(members, axes, lesson.color_by, DEFAULT_X, DEFAULT_Y)))
     sections.extend(found.extra)
+    sections.append(_numbers_section(found, lesson, axes))
+    write_atomic(out_dir / NUMBERS_FILE, json.dumps(numbers_record(found), indent=1))
     items = []
     for i, r in enumerate(found.breakdown_points, 1):
         stream.write(f"lesson: step breakdown {i}/{len(found.breakdown_points)}\n")
@@ -167,6 +178,44 @@ def run_lesson(lesson: Lesson, out_dir: Path, overrides: Sequence[str] = (), *,
     page = out_dir / "report.html"
     write_atomic(page, render_page(f"Lesson: {lesson.name}", lesson.summary, sections))
     return found.headlines, page
+
+
+NUMBERS_FILE = "numbers.json"
+
+
+def cited_rows(found: Findings) -> list[Row]:
+    """The rows the page's sentences quote, once each, in order."""
+    seen: dict[str, Row] = {}
+    for r in [*found.cited, *found.breakdown_points]:
+        seen.setdefault(str(r.get("point_id")), r)
+    return list(seen.values())
+
+
+def numbers_record(found: Findings) -> dict[str, Any]:
+    """What numbers.json holds: the point ids of the quoted rows and the computed figures."""
+    return {"cited_point_ids": [str(r.get("point_id")) for r in cited_rows(found)],
+            "figures": found.figures}
+
+
+def _numbers_section(found: Findings, lesson: Lesson, axes: Sequence[str]) -> Section:
+    """The rows the text quotes (their key metrics) and the figures it computed."""
+    metrics = (("TTFT p50 (ms)", "ttft_s.p50", 1e3), ("TPOT p50 (ms)", "tpot_s.p50", 1e3),
+               ("tokens/s per user (p50)", USER_COLUMN, 1.0),
+               ("tokens/s per GPU", GPU_COLUMN, 1.0))
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in ("point", *(m[0] for m in metrics)))
+    body = []
+    for r in cited_rows(found):
+        label = point_label(r, lesson.label_axes or axes, lesson.color_by, lesson.facet_by)
+        cells = [html.escape(label)]
+        for _, column, scale in metrics:
+            v = number(r, column)
+            cells.append("" if v is None else f"{v * scale:.4g}")
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    table = f"<table><tr>{head}</tr>{''.join(body)}</table>" if body else ""
+    figures = facts_table([(k, f"{v:.6g}") for k, v in found.figures.items()])
+    return Section("Numbers behind the text", "The points the sentences quote (every column in "
+                   "results.csv) and the figures the analysis computed from them (in "
+                   f"{NUMBERS_FILE}).", html_body=table + (figures if found.figures else ""))
 
 
 def _slug(overrides: Sequence[str]) -> str:

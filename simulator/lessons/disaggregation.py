@@ -70,12 +70,13 @@ def _at(rows: Sequence[Row], layout: str, load: float) -> Row | None:
 
 
 def _traffic_lines(rows: Sequence[Row], tpot_slo_s: float | None
-                   ) -> tuple[list[str], list[Row]]:
+                   ) -> tuple[list[str], list[Row], list[Row]]:
+    """The sentences of one traffic mix, the points worth a breakdown, and the rows quoted."""
     best = best_by_layout(rows)
     agg = next((r for k, r in best.items() if k.startswith(AGG)), None)
     splits = {k: r for k, r in best.items() if not k.startswith(AGG)}
     if agg is None or not splits:
-        return [], []
+        return [], [], []
     name, split = max(splits.items(), key=lambda kv: good_per_gpu(kv[1]))
     traffic = str(agg[TRAFFIC])
     g_agg, g_split = good_per_gpu(agg), good_per_gpu(split)
@@ -128,7 +129,7 @@ def _traffic_lines(rows: Sequence[Row], tpot_slo_s: float | None
     same = _at(rows, name, col(agg, LOAD))
     if same is not None and same is not split:
         points = [agg, same]
-    return lines, points
+    return lines, points, [*best.values(), *points]
 
 
 def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings:
@@ -137,15 +138,21 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         by_traffic.setdefault(str(r[TRAFFIC]), []).append(r)
     lines: list[str] = []
     points: list[Row] = []
+    cited: list[Row] = []
     slo = spec.get("slo") or {}
     tpot_slo = float(slo["tpot_p99_s"]) if slo.get("tpot_p99_s") is not None else None
     for group in by_traffic.values():
-        text, pts = _traffic_lines(group, tpot_slo)
+        text, pts, quoted = _traffic_lines(group, tpot_slo)
         lines.extend(text)
         points.extend(pts)
+        cited.extend(quoted)
     if not lines:
         lines.append("No SLO or no aggregated baseline in this run: nothing to compare.")
         return Findings(lines, points)
+    figures = {f"{r[TRAFFIC]}, {r[LAYOUT]} at {col(r, LOAD):.0f}: good requests/s per GPU":
+               good_per_gpu(r) for r in cited}
+    if tpot_slo is not None:
+        figures["TPOT p99 SLO (s)"] = tpot_slo
     extra = []
     for traffic, group in by_traffic.items():
         good = [{**r, "good": good_per_gpu(r)} for r in group
@@ -157,4 +164,4 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
             metric_figure(good, LOAD, "good", LAYOUT, title=f"Goodput per GPU, {traffic}",
                           x_label="concurrency (requests in flight)",
                           y_label="good requests/s per GPU")))
-    return Findings(lines, points, extra)
+    return Findings(lines, points, extra, cited=cited, figures=figures)

@@ -40,15 +40,20 @@ def num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.3g}"
 
 
-def kv_cause(a: Row, b: Row, spec: Mapping[str, Any]) -> str | None:
+def kv_cause(a: Row, b: Row, spec: Mapping[str, Any],
+             figures: dict[str, float] | None = None) -> str | None:
     """The KV-cache arithmetic when the larger load holds more requests than the cache fits:
-    capacity tokens over each request's tokens rounded up to whole blocks."""
+    capacity tokens over each request's tokens rounded up to whole blocks (the block size and
+    the rounded tokens go into `figures`)."""
     fits, tokens = number(b, "kv_chain.max_batch_that_fits"), number(b, "kv_capacity_tokens")
     seq = number(b, "kv_chain.mean_sequence_tokens")
     if fits is None or tokens is None or seq is None or col(b, LOAD) <= fits:
         return None
     block = int(((spec.get("deployment") or {}).get("scheduler") or {}).get("block_size", 16))
     per = math.ceil(seq / block) * block
+    if figures is not None:
+        figures.update({"KV block size (tokens)": block,
+                        "a request's tokens in whole blocks": per})
     return (f"the KV cache holds {num(tokens)} tokens, and a request of {num(seq)} tokens takes "
             f"{per // block} blocks of {block} ({num(per)} tokens): {num(tokens)} / {num(per)} = "
             f"{fits:.0f} requests fit, so of {col(b, LOAD):.0f} users "
@@ -69,7 +74,8 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         f"({col(b, LOAD) / col(a, LOAD) - 1:.0%} more users), {label} goes from "
         f"{num(va * scale)} to {num(vb * scale)}{(' ' + unit) if unit else ''} "
         f"({vb / va:.2f}×), {score:.1f}× the elasticity of a smooth curve."]
-    why = [c for c in [kv_cause(a, b, spec)] if c]
+    figures = {"jump: elasticity against a smooth curve's": score}
+    why = [c for c in [kv_cause(a, b, spec, figures)] if c]
     pa, pb = number(a, "preemptions"), number(b, "preemptions")
     if pa is not None and pb is not None and pb > pa:
         why.append(f"preemptions rise from {pa:.0f} to {pb:.0f}: the KV cache "
@@ -81,11 +87,15 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
     bb = step_breakdown(out_dir / "points" / f"{b['point_id']}.yaml")
     if ba and bb:
         sa, sb = ba["step_time_s"] * 1e3, bb["step_time_s"] * 1e3
+        figures.update({"mean engine step before the jump (ms)": sa,
+                        "mean engine step after the jump (ms)": sb})
         key, name = max(PARTS, key=lambda kv: abs(bb.get(kv[0], 0.0) - ba.get(kv[0], 0.0)))
         if abs(sb - sa) <= 0.01 * sa:
             why.append(f"the mean engine step is the same at both loads ({sa:.1f} ms): the "
                        "running batch did not grow, the extra users only waited")
         else:
+            figures.update({f"{name} part before (ms)": ba.get(key, 0.0) * 1e3,
+                            f"{name} part after (ms)": bb.get(key, 0.0) * 1e3})
             why.append(f"of the mean step ({sa:.1f} → {sb:.1f} ms), the {name} part changes "
                        f"most ({ba.get(key, 0.0) * 1e3:.1f} → {bb.get(key, 0.0) * 1e3:.1f} ms)")
     if why:
@@ -100,4 +110,4 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
                       x_label="concurrent users (closed loop)",
                       y_label=f"{label}{f' ({unit})' if unit else ''}", log_x=False,
                       scale=scale))
-    return Findings(lines, [a, b], [plot])
+    return Findings(lines, [a, b], [plot], figures=figures)

@@ -155,6 +155,10 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
     lines.append(_quality_line(rows))
     points = [r for gpu in gpus for w in ("fp8", fp4)
               if (r := pick(rows, gpu, w, "fp8", hi)) is not None]
+    # The text quotes every format at the lightest and the heaviest load.
+    cited = [r for r in rows if col(r, LOAD) in (lo, hi)]
+    figures = {f"{f} bits per element": get_format(f).bits_per_element
+               for f in ("nvfp4", "mxfp4")}
     extra = []
     table = format_section(rows, [GPU, WEIGHTS, KV, LOAD], DEFAULT_X, DEFAULT_Y)
     if table is not None:
@@ -164,4 +168,4 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
             "nothing is published for this model at those formats, and the simulator does not "
             "guess; a family basis borrows a sibling model's figure.",
             html_body=table.html_body))
-    return Findings(lines, points, extra)
+    return Findings(lines, points, extra, cited=cited, figures=figures)

@@ -158,6 +158,12 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         for r in (s[0], s[-1]):
             base = baseline(rows, r)
             points.extend([b for b in (base,) if b is not None] + [r])
+    # The text quotes each series' lightest and heaviest load and the baselines beside them.
+    cited = []
+    for m in methods:
+        for kind in dict.fromkeys(str(r.get(KIND)) for r in rows):
+            if s := series(rows, m, kind):
+                cited += [x for r in (s[0], s[-1]) for x in (r, baseline(rows, r)) if x]
     ups = [{**r, "speed-up": u} for r in rows if method(r) is not None
            and (u := speedup(rows, r)) is not None]
     figure = metric_figure(
@@ -167,4 +173,4 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
     extra = [Section("Where speculation stops paying", "Each method and traffic mix against the "
                      "same model at the same load without a drafter; below the dashed line at "
                      "1× drafting costs more than it saves.", figure)]
-    return Findings(lines, points, extra)
+    return Findings(lines, points, extra, cited=cited)

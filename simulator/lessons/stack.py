@@ -131,7 +131,18 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
                      "extremes, not the mark.")
     lines += _where_it_does_not_multiply(stages, names)
     points = [min(stages[n], key=lambda r: abs(col(r, LOAD) - col(mid, LOAD))) for n in names]
-    return Findings(lines, points)
+    figures = {"speed mark (tokens/s per user)": speed,
+               "throughput mark (tokens/s per GPU)": target}
+    for n, v, u in zip(names, at_speed, at_tput, strict=True):
+        if v is not None:
+            figures[f"{n}: tokens/s per GPU at the speed mark"] = v
+        if u is not None:
+            figures[f"{n}: tokens/s per user at the throughput mark"] = u
+    # Quoted too: the baseline's best, and every stage at the lightest and heaviest load.
+    loads = sorted({col(r, LOAD) for r in rows})
+    ends = [r for r in rows if col(r, LOAD) in (loads[0], loads[-1])]
+    cited = [mid, max(base, key=lambda r: col(r, GPU)), *ends]
+    return Findings(lines, points, cited=cited, figures=figures)
 
 
 def _where_it_does_not_multiply(stages: Mapping[str, Sequence[Row]],

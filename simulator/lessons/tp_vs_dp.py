@@ -38,6 +38,7 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         f"({col(b, 'output_tokens_per_s_per_gpu') / col(a, 'output_tokens_per_s_per_gpu'):.2f}×)"
         f", at {col(b, 'output_tokens_per_s_per_user.p50'):.0f} against "
         f"{col(a, 'output_tokens_per_s_per_user.p50'):.0f} tokens/s per user.")
+    figures: dict[str, float] = {}
     for label, r in ((f"TP {col(a, 'deployment.tensor_parallel'):.0f}", a),
                      (f"attention-DP {col(b, DP):.0f}", b)):
         parts = step_breakdown(out_dir / "points" / f"{r['point_id']}.yaml")
@@ -46,8 +47,10 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
         text = f"At concurrency {col(r, LOAD):.0f}, {label}: "
         text += (f"communication is {100 * share:.0f}% of a step" if share is not None
                  else "communication share unknown")
+        if share is not None:
+            figures[f"{label} at {col(r, LOAD):.0f}: communication share of a step"] = share
         if imb is not None:
             text += (f", and {100 * imb:.0f}% of the GPU time is spent waiting for the "
                      f"slowest attention rank")
         lines.append(text + ".")
-    return Findings(lines, [tp[0], dp[0], tp[-1], dp[-1]])
+    return Findings(lines, [tp[0], dp[0], tp[-1], dp[-1]], figures=figures)

@@ -85,9 +85,13 @@ def _point(r: Row) -> str:
             f"{col(r, 'tpot_s.p99') * 1e3:.1f} ms)")
 
 
-def _best_of_other_layouts(rows: Sequence[Row], tier: Tier, won: Row) -> str:
-    others = [winner([r for r in rows if r[LAYOUT] == lay], tier)
-              for lay in sorted({str(r[LAYOUT]) for r in rows} - {str(won[LAYOUT])})]
+def _other_winners(rows: Sequence[Row], tier: Tier, won: Row) -> list[Row | None]:
+    """Each other layout's best point meeting the tier (None where none meets it)."""
+    return [winner([r for r in rows if r[LAYOUT] == lay], tier)
+            for lay in sorted({str(r[LAYOUT]) for r in rows} - {str(won[LAYOUT])})]
+
+
+def _best_of_other_layouts(others: Sequence[Row | None]) -> str:
     parts = [f"{r[LAYOUT]} {col(r, GOAL):.0f}" for r in others if r is not None]
     return f" (best of the others: {', '.join(parts)})" if parts else " (no other layout meets it)"
 
@@ -99,6 +103,11 @@ def analyze_with(spec: Mapping[str, Any], rows: list[Row]) -> Findings:
         by_traffic.setdefault(str(r[TRAFFIC]), []).append(r)
     lines: list[str] = []
     won: dict[tuple[str, str], Row] = {}
+    cited: list[Row] = []
+    figures: dict[str, float] = {}
+    for tier in tiers(spec):
+        figures[f"{tier.name}: TTFT p99 bound (s)"] = tier.ttft_p99_s
+        figures[f"{tier.name}: TPOT p99 bound (s)"] = tier.tpot_p99_s
     for traffic, group in by_traffic.items():
         said = []
         for tier in tiers(spec):
@@ -107,7 +116,9 @@ def analyze_with(spec: Mapping[str, Any], rows: list[Row]) -> Findings:
                 said.append(f"{tier.describe()}: no point meets it")
                 continue
             won[(traffic, tier.name)] = w
-            said.append(f"{tier.describe()}: {_point(w)}{_best_of_other_layouts(group, tier, w)}")
+            others = _other_winners(group, tier, w)
+            cited += [w, *(o for o in others if o is not None)]
+            said.append(f"{tier.describe()}: {_point(w)}{_best_of_other_layouts(others)}")
         lines.append(f"{traffic.capitalize()} — " + "; ".join(said) + ".")
     gpus = f"{col(rows[0], 'num_gpus'):.0f}" if rows else "the"
     lines += _summary(won, list(by_traffic), [t.name for t in tiers(spec)], gpus)
@@ -115,7 +126,7 @@ def analyze_with(spec: Mapping[str, Any], rows: list[Row]) -> Findings:
     extra = [Section("Winners by traffic and SLO", "The point of each pair that meets the "
                      "tier with the most output tokens/s per GPU, over the layouts and loads "
                      "swept.", html_body=_table(won, list(by_traffic), spec))]
-    return Findings(lines, interactive, extra)
+    return Findings(lines, interactive, extra, cited=cited, figures=figures)
 
 
 def _summary(won: Mapping[tuple[str, str], Row], traffics: Sequence[str],
