@@ -27,8 +27,8 @@ from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y
 from simulator.sweep.pipeline import run_sweep
 from simulator.sweep.table import Row, number, value_label
 
-USER_COLUMN = DEFAULT_X  # output tokens/s per user, p50
-GPU_COLUMN = DEFAULT_Y  # output tokens/s per GPU
+USER_COLUMN = DEFAULT_X.column  # output tokens/s per user, p50
+GPU_COLUMN = DEFAULT_Y.column  # output tokens/s per GPU
 QUICK_REQUESTS = 48  # --quick: requests per point (the curves keep their shape, noise grows)
 # The breakdown reruns a point with its step time series, which costs each step op by op: at
 # most this many requests (or two per concurrent slot), enough for a stable mean step.
