@@ -163,8 +163,8 @@ MAX_LINE = 2000  # characters of a message line; the rest is cut (a value may be
 
 
 def one_line(text: str) -> str:
-    """The first line of a message, with any character that would break it shown escaped
-    (a YAML key may hold any of them), at most MAX_LINE characters long."""
-    first = text[: MAX_LINE * 4].split("\n", 1)[0]
-    line = _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], first)
+    """A message as one line: every character that would break it (a newline in a path or a
+    YAML key, a library's multi-line text) shown escaped, so no part after it is lost; at most
+    MAX_LINE characters long."""
+    line = _LINE_BREAKING.sub(lambda m: repr(m.group())[1:-1], text[: MAX_LINE * 4].rstrip())
     return line if len(line) <= MAX_LINE else line[: MAX_LINE - 3] + "..."
