@@ -66,6 +66,10 @@ class _StyleFile(BaseModel):
     # engine launches each layer's kernels from Python), so a step's GPU part takes at least
     # layers-per-stage x this. None = unknown (no floor).
     dispatch_us_per_layer: Annotated[float, Field(ge=0)] | None = None
+    # The same floor when the engine runs without CUDA graphs (vLLM --enforce-eager, SGLang
+    # --disable-cuda-graph: deployment.cuda_graphs false), every kernel launched from Python.
+    # None = unknown: such a deployment is refused rather than priced at graph speed.
+    eager_dispatch_us_per_layer: Annotated[float, Field(ge=0)] | None = None
     source: str
     # Status and origin of each value, keyed by its key (hardware/provenance.py); read by
     # tests and reports, never by the simulation.
@@ -174,6 +178,7 @@ class EngineStyle:
     # (serving/engine_build.py): the least time a step's GPU part can take
     dispatch_floor_s: float = 0.0
     version: str | None = None  # the release whose defaults these are; None: the newest
+    eager_dispatch_s_per_layer: float | None = None  # without CUDA graphs; None: unknown
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -199,6 +204,18 @@ class EngineStyle:
             cpu_step_s=self.cpu_step_s if cpu_step_s is None else cpu_step_s,
             cpu_per_seq_s=self.cpu_per_seq_s if cpu_per_seq_s is None else cpu_per_seq_s,
         )
+
+    def eager(self) -> EngineStyle:
+        """This style run without CUDA graphs: each layer's kernels launched from Python, so a
+        step's GPU part takes at least the eager dispatch time of its layers."""
+        if self.eager_dispatch_s_per_layer is None:
+            raise InputError(
+                f"deployment.cuda_graphs: false: engine style {self.name!r} has no published "
+                "eager launch cost (eager_dispatch_us_per_layer unknown in "
+                "engines/engine_styles.yaml); use an engine with one (vllm, sglang) or CUDA "
+                "graphs")
+        return replace(self, dispatch_s_per_layer=max(self.dispatch_s_per_layer,
+                                                      self.eager_dispatch_s_per_layer))
 
     def with_layers(self, layers_per_stage: float) -> EngineStyle:
         """The style of one engine whose pipeline stages hold `layers_per_stage` layers."""
@@ -274,4 +291,6 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
         f.serial_front_end,
         f.max_prefill_tokens,
         (f.dispatch_us_per_layer or 0.0) * 1e-6,
+        eager_dispatch_s_per_layer=(None if f.eager_dispatch_us_per_layer is None
+                                    else f.eager_dispatch_us_per_layer * 1e-6),
     )

@@ -49,6 +49,17 @@ class AttentionClassesSpec(StrictSpec):
         return self
 
 
+class AttentionKernelsSpec(StrictSpec):
+    """Prefill attention kernels a deployment may name (deployment.attention_kernel) instead
+    of the one the efficiency block's attention_compute_fraction measures, each with its own
+    fraction of the BF16 peak; decode attention keeps its line (no published per-kernel
+    decode figure is used)."""
+
+    default_prefill: Annotated[str, Field(min_length=1)]  # the efficiency block's kernel
+    prefill_compute_fraction: dict[str, Fraction1]  # other kernels, fraction of BF16 peak
+    source: str
+
+
 @dataclass(frozen=True, slots=True)
 class AttentionClasses:
     prefill_head_dims: tuple[int, ...]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -26,6 +26,7 @@ from simulator.errors import InputError, format_validation_error
 from simulator.hardware.attention_classes import (
     AttentionClasses,
     AttentionClassesSpec,
+    AttentionKernelsSpec,
     to_attention_classes,
 )
 from simulator.hardware.gemm_classes import (
@@ -130,6 +131,8 @@ class HardwareFile(StrictSpec):
     gemm_classes: GemmClassesSpec | None = None
     # Attention kernel classes (hardware/attention_classes.py); absent: the generic fractions.
     attention_classes: AttentionClassesSpec | None = None
+    # Prefill attention kernels other than the default, for deployment.attention_kernel.
+    attention_kernels: AttentionKernelsSpec | None = None
     # Status and origin of each calibration value, keyed by its key path (provenance.py);
     # read by tests and reports, never by the cost model.
     provenance: Provenance | None = None
@@ -151,14 +154,15 @@ class HardwareFile(StrictSpec):
 
 # The blocks whose values are calibration or modelling choices (each needs a provenance entry);
 # compute, memory, scale_up, scale_out, power and price are datasheet figures with a source.
-CALIBRATION_BLOCKS = ("efficiency", "kernels", "gemm_classes", "attention_classes")
+CALIBRATION_BLOCKS = ("efficiency", "kernels", "gemm_classes", "attention_classes",
+                      "attention_kernels")
 
 
 @functools.cache
 def calibration_paths() -> frozenset[str]:
     """Every key path a profile's provenance may name."""
     specs: tuple[type[BaseModel], ...] = (
-        EfficiencySpec, KernelSpec, GemmClassesSpec, AttentionClassesSpec
+        EfficiencySpec, KernelSpec, GemmClassesSpec, AttentionClassesSpec, AttentionKernelsSpec
     )
     pairs = zip(CALIBRATION_BLOCKS, specs, strict=True)
     return frozenset().union(*(schema_paths(spec, f"{block}.") for block, spec in pairs))
@@ -205,6 +209,26 @@ class Hardware:
     gemm_tiling: GemmTiling
     gemm_classes: GemmClasses | None = None  # None: the flat gemm/hbm fractions
     attention_classes: AttentionClasses | None = None  # None: generic attention fractions
+    # The prefill attention kernel attention_compute_fraction measures, and each other kernel
+    # with a published figure as its fraction over that one (None, (): none named).
+    default_prefill_kernel: str | None = None
+    prefill_kernel_ratios: tuple[tuple[str, float], ...] = ()
+
+    def with_prefill_kernel(self, name: str) -> Hardware:
+        """This chip running prefill attention on kernel `name` (deployment.attention_kernel):
+        the prefill fraction scaled by that kernel's figure over the default's."""
+        ratios = dict(self.prefill_kernel_ratios)
+        if name == self.default_prefill_kernel:
+            return self
+        if name not in ratios:
+            known = [f"{self.default_prefill_kernel} (default)", *ratios] \
+                if self.default_prefill_kernel else []
+            raise InputError(
+                f"deployment.attention_kernel: {name!r} has no published prefill figure on "
+                f"{self.name} (attention_kernels in its profile); known: "
+                f"{', '.join(known) or 'none'}")
+        return replace(self, attention_compute_fraction=self.attention_compute_fraction
+                       * ratios[name])
 
     def supports(self, tensor_format: str) -> bool:
         return tensor_format in self.dense_flops_per_s
@@ -247,6 +271,11 @@ def _to_hardware(f: HardwareFile) -> Hardware:
         ),
         gemm_classes=to_gemm_classes(f.gemm_classes),
         attention_classes=to_attention_classes(f.attention_classes),
+        default_prefill_kernel=None if f.attention_kernels is None
+        else f.attention_kernels.default_prefill,
+        prefill_kernel_ratios=() if f.attention_kernels is None else tuple(
+            (k, v / e.attention_compute_fraction)
+            for k, v in f.attention_kernels.prefill_compute_fraction.items()),
     )
 
 

@@ -198,6 +198,12 @@ class _Worker(_Strict):
     # The engine's release (e.g. 0.12.0): its defaults where they differ from the newest
     # (the style file's version ranges); None: the newest release's defaults.
     engine_version: Annotated[str, Field(min_length=1, max_length=40)] | None = None
+    # False: the engine runs without CUDA graphs (vLLM --enforce-eager, SGLang
+    # --disable-cuda-graph), launching every layer's kernels from Python each step.
+    cuda_graphs: bool = True
+    # The prefill attention kernel (e.g. flashattention-2), one the GPU profile's
+    # attention_kernels block has a figure for; None: the profile's default kernel.
+    attention_kernel: Annotated[str, Field(min_length=1, max_length=40)] | None = None
     # Host cost per step and per sequence; None: the engine style's (or a calibration's).
     overhead: Overhead | None = None
     # Share of GPU memory the engine may use (weights, activations, KV cache).

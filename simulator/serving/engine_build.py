@@ -154,6 +154,8 @@ def _build_engine(
     base_dir: Path | None = None,
 ) -> Engine:
     layout = _layout(dep, arch)
+    if dep.attention_kernel is not None:
+        hw = hw.with_prefill_kernel(dep.attention_kernel)
     p = dep.precision
     # The deployment overrides the checkpoint's BF16 module groups, in full or for attention.
     if p.keep_bf16 is not None:
@@ -167,9 +169,10 @@ def _build_engine(
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
     step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)
     s = dep.scheduler
-    style = engine_style(dep.engine, dep.engine_version).with_layers(
-        arch.num_layers / layout.pipeline_parallel
-    )
+    style = engine_style(dep.engine, dep.engine_version)
+    if not dep.cuda_graphs:
+        style = style.eager()
+    style = style.with_layers(arch.num_layers / layout.pipeline_parallel)
     budget = memory_budget(
         arch,
         hw,
