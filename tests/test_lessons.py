@@ -38,7 +38,7 @@ def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]
     main(["lesson"])
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["batch-size", "tp-vs-dp", "quantization", "speculative",
-                     "disaggregation", "jagged", "stack", "traffic"]
+                     "disaggregation", "jagged", "stack", "traffic", "kernels"]
 
 
 def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -250,6 +250,50 @@ def test_jagged_names_the_kv_arithmetic_and_prints_plain_numbers(runs: dict) -> 
     assert f"= {fits} requests fit" in text and f"{per // 16} blocks of 16" in text
     assert not re.search(r"\d[eE][+-]\d", text), text
     assert not re.search(r"\(([\d.]+) → \1 ms of ([\d.]+) → \2 ms\)", text), text
+
+
+def test_kernels_switches_move_the_step_by_their_figures(runs: dict) -> None:
+    """Llama-3.1-8B (32 layers) on one H100 at one request in flight, from the engine styles'
+    figures (engines/engine_styles.yaml):
+    - eager (vLLM PR #1440: 375 us a layer): each step waits at least 32 x 375 us = 12.0 ms,
+      above the GPU's own ~6.5 ms, and the serial host adds 1.0 ms + 8 us = 1.008 ms:
+      TPOT = 13.0 ms;
+    - CUDA graphs, serial host: TPOT = GPU + 1.008 ms (FlashAttention-2 or -3: prefill only);
+    - overlapped host (async scheduling): TPOT = max(GPU, 1.008 ms) = GPU,
+    so the last two differ by the host's 1.008 ms. At 128 in flight the GPU step is above the
+    floor and each request streams at the same speed with or without graphs."""
+    from simulator.lessons.kernels import STAGE, derive
+
+    _, page = runs["kernels"]
+    rows = [{**r, **derive(r)} for r in _rows(page)]
+    at = {(r[STAGE], _n(r, "workload.arrival.concurrency")): r for r in rows}
+    eager, graphs, serial, overlap = (
+        "eager launch, FlashAttention-2, serial host",
+        "CUDA graphs, FlashAttention-2, serial host",
+        "CUDA graphs, FlashAttention-3, serial host",
+        "CUDA graphs, FlashAttention-3, overlapped host")
+    assert _n(at[(eager, 1)], "tpot_s.p50") == pytest.approx(12.0e-3 + 1.008e-3, rel=0.01)
+    gap = _n(at[(serial, 1)], "tpot_s.p50") - _n(at[(overlap, 1)], "tpot_s.p50")
+    assert gap == pytest.approx(1.008e-3, rel=0.05)
+    heavy = max(_n(r, "workload.arrival.concurrency") for r in rows)
+    assert _n(at[(eager, heavy)], "tpot_s.p50") == pytest.approx(
+        _n(at[(graphs, heavy)], "tpot_s.p50"), rel=0.02)
+
+
+def test_eager_without_a_published_figure_is_refused(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """TensorRT-LLM's eager launch cost is unknown: one line, exit 2, not a graph-speed run."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "schema_version: 1\nmodel: llama-3.1-8b\nhardware: {gpu: h100-sxm}\n"
+        "deployment: {engine: trtllm, cuda_graphs: false}\n"
+        "workload: {arrival: {kind: closed_loop, concurrency: 1}, num_requests: 4,\n"
+        "  input_tokens: {kind: fixed, value: 64}, output_tokens: {kind: fixed, value: 8}}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", str(scenario)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1, err
+    assert "cuda_graphs" in err and "trtllm" in err, err
 
 
 def test_stack_factors_are_read_off_each_frontier(runs: dict) -> None:

@@ -4,6 +4,7 @@ from simulator.lessons import (
     batch_size,
     disaggregation,
     jagged,
+    kernels,
     quantization,
     speculative,
     stack,
@@ -68,6 +69,13 @@ LESSONS: dict[str, Lesson] = {
                        traffic.LOAD: 4},
         facet_by=traffic.TRAFFIC, derive=traffic.derive, rerun=("model=qwen3-32b",),
         label_axes=(traffic.LOAD,)),
+    "kernels": Lesson(
+        "kernels",
+        "A leaner forward pass pushes the whole frontier: eager launch against CUDA graphs, "
+        "FlashAttention-2 against -3, serial host work against an overlapped scheduler.",
+        kernels.STAGE, kernels.analyze, quick_requests=300,
+        quick_keep_by={kernels.LOAD: 3, "deployment.engine_version": 4}, derive=kernels.derive,
+        rerun=("hardware.gpu=b200",), label_axes=(kernels.LOAD,)),
 }
 
 __all__ = ["LESSONS", "Lesson", "run_lesson"]

@@ -6,19 +6,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from simulator.cost import BatchShape, Formats, ParallelLayout, StepModel
-from simulator.hardware.profile import load_hardware
+from simulator.hardware.profile import Hardware, load_hardware
 from simulator.model.load import load_architecture
 
 MAX_BATCH = 4096
 
 
-def step_model(spec: Mapping[str, Any]) -> StepModel:
-    """StepModel of a sweep's base scenario (model, GPU, layout, formats)."""
+def step_model(spec: Mapping[str, Any], hw: Hardware | None = None) -> StepModel:
+    """StepModel of a sweep's base scenario (model, GPU, layout, formats), on `hw` if given
+    (the GPU with another kernel's figures)."""
     dep = spec.get("deployment") or {}
     prec = dep.get("precision") or {}
     return StepModel(
         load_architecture(str(spec["model"])),
-        load_hardware(str(spec["hardware"]["gpu"])),
+        hw or load_hardware(str(spec["hardware"]["gpu"])),
         ParallelLayout(int(dep.get("tensor_parallel", 1)), int(dep.get("pipeline_parallel", 1)),
                        int(dep.get("attention_data_parallel", 1)),
                        int(dep.get("expert_parallel", 1)),
@@ -52,3 +53,14 @@ def compute_crossover_batch(model: StepModel) -> int | None:
             return hi
         lo, hi = hi + 1, hi * 2
     return None
+
+
+def prefill_s(model: StepModel, prompt_tokens: int, chunk_tokens: int) -> float:
+    """GPU time of one prompt's prefill alone, in chunks of `chunk_tokens` (each attending to
+    the chunks before it)."""
+    total, done = 0.0, 0
+    while done < prompt_tokens:
+        c = min(chunk_tokens, prompt_tokens - done)
+        total += model.cost(BatchShape.one_chunk(c, done)).step_time_s
+        done += c
+    return total
