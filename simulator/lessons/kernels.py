@@ -12,6 +12,7 @@ from typing import Any
 
 from simulator.engines.style import EngineStyle, engine_style
 from simulator.hardware.profile import Hardware, load_hardware
+from simulator.inputs.deployment import Scheduler
 from simulator.lessons.core import Findings, col
 from simulator.lessons.physics import prefill_s, step_model
 from simulator.model.load import load_architecture
@@ -31,8 +32,9 @@ SAME = 1.03
 
 
 def _style(r: Row) -> EngineStyle:
-    name, _, version = str(r.get(ENGINE) or "vllm").partition("@")
-    style = engine_style(name, version or r.get(VERSION) or None)
+    """The row's engine style; the lesson sweeps every switch it names (engine, version, CUDA
+    graphs, attention kernel), so each is a column of the row."""
+    style = engine_style(str(r.get(ENGINE)), r.get(VERSION) or None)
     return style if r.get(GRAPHS) is not False else style.eager()
 
 
@@ -94,12 +96,13 @@ def analyze(rows: list[Row], spec: Mapping[str, Any], out_dir: Path) -> Findings
     ]
     figures: dict[str, float] = {}
     layers = load_architecture(str(spec["model"])).num_layers
+    hw = load_hardware(str(spec["hardware"]["gpu"]))
     for (a_lo, a_hi), (b_lo, b_hi) in itertools.pairwise(zip(at_lo, at_hi, strict=True)):
         if None in (a_lo, a_hi, b_lo, b_hi):
             continue
         assert a_lo is not None and a_hi is not None and b_lo is not None and b_hi is not None
-        lines.append(_why(_change(a_lo, b_lo), a_lo, a_hi, b_lo, b_hi, layers, figures,
-                          load_hardware(str(spec["hardware"]["gpu"])), spec))
+        lines.append(_why(_change(a_lo, b_lo), a_lo, a_hi, b_lo, b_hi, layers, figures, hw,
+                          spec))
     return Findings(lines, [r for r in at_lo if r is not None], cited=cited, figures=figures)
 
 
@@ -153,7 +156,7 @@ def _attention_why(cur: str, a: Row, b: Row, spec: Mapping[str, Any], hw: Hardwa
     ka, kb = (str(r.get(KERNEL) or hw.default_prefill_kernel) for r in (a, b))
     ha, hb = hw.with_prefill_kernel(ka), hw.with_prefill_kernel(kb)
     chunk = int(((spec.get("deployment") or {}).get("scheduler") or {}).get(
-        "max_num_batched_tokens", 8192))
+        "max_num_batched_tokens", Scheduler().max_num_batched_tokens))
     long_a, long_b = (prefill_s(step_model(spec, h), LONG_PROMPT, chunk) for h in (ha, hb))
     figures |= {f"{ka} prefill attention, share of BF16 peak": ha.attention_compute_fraction,
                 f"{kb} prefill attention, share of BF16 peak": hb.attention_compute_fraction,

@@ -131,6 +131,9 @@ class Number:
     scale: float
 
 
+# A quotient of two rounded numbers is off by at most the sum of their relative half units (to
+# first order); the check allows this many times that, for rounding on both sides of the sum.
+ROUNDING_MARGIN = 2.5
 # Operands printed coarser than this (relative half unit, summed) give no factor or percent.
 COARSE = 0.04
 _JOIN = re.compile(r"\s*(to|→|against|and)\s*$")
@@ -216,15 +219,11 @@ def _from_sentence(n: Number, others: Sequence[Number]) -> bool:
                   for q in (a, b))
         if rel > COARSE and n.kind != "bare":  # a factor of "1" and "3" says little
             continue
-        slack = p.half_unit + abs(p.value) * rel * 2.5
-        if n.kind == "ratio":
-            cands = [av / bv] if bv else []
-        elif n.kind == "pct":
-            cands = [100.0 * av / bv, 100.0 * (av / bv - 1.0)] if bv else []
-        elif n.kind == "bare":
+        slack = p.half_unit + abs(p.value) * rel * ROUNDING_MARGIN
+        if n.kind == "bare":
             cands = [av - bv, *([math.floor(av / bv), math.ceil(av / bv)] if bv else [])]
         else:
-            cands = []
+            cands = _ratios(av, bv, n.kind)
         if any(abs(c - p.value) <= slack for c in cands):
             return True
     return False
