@@ -253,25 +253,38 @@ def test_jagged_names_the_kv_arithmetic_and_prints_plain_numbers(runs: dict) -> 
 
 
 def test_kernels_switches_move_the_step_by_their_figures(runs: dict) -> None:
-    """Llama-3.1-8B (32 layers) on one H100 at one request in flight, from the engine styles'
-    figures (engines/engine_styles.yaml):
-    - eager (vLLM PR #1440: 375 us a layer): each step waits at least 32 x 375 us = 12.0 ms,
-      above the GPU's own ~6.5 ms, and the serial host adds 1.0 ms + 8 us = 1.008 ms:
-      TPOT = 13.0 ms;
+    """Mixtral-8x7B (32 layers, 2 of 8 experts a token) on 2 x H100 at one request in flight,
+    from the engine styles' figures (engines/engine_styles.yaml) and the step model:
+    - unfused experts, eager: every expert's weights are read, and the GPU's own step (tested
+      in tests/test_moe_kernel.py: 4x the fused expert bytes) is above the 12.0 ms eager
+      floor, so TPOT = GPU step + the serial host's 1.0 ms + 8 us = 1.008 ms;
+    - fused MoE, eager (vLLM PR #1440: 375 us a layer): each step waits at least 32 x 375 us
+      = 12.0 ms, above the GPU's own ~6.4 ms: TPOT = 12.0 + 1.008 ms;
     - CUDA graphs, serial host: TPOT = GPU + 1.008 ms (FlashAttention-2 or -3: prefill only);
     - overlapped host (async scheduling): TPOT = max(GPU, 1.008 ms) = GPU,
     so the last two differ by the host's 1.008 ms. At 128 in flight the GPU step is above the
     floor and each request streams at the same speed with or without graphs."""
+    import yaml
+
+    from simulator.cost import BatchShape
+    from simulator.lessons.core import lesson_file
     from simulator.lessons.kernels import STAGE, derive
 
     _, page = runs["kernels"]
     rows = [{**r, **derive(r)} for r in _rows(page)]
     at = {(r[STAGE], _n(r, "workload.arrival.concurrency")): r for r in rows}
-    eager, graphs, serial, overlap = (
-        "eager launch, FlashAttention-2, serial host",
-        "CUDA graphs, FlashAttention-2, serial host",
-        "CUDA graphs, FlashAttention-3, serial host",
-        "CUDA graphs, FlashAttention-3, overlapped host")
+    unfused, eager, graphs, serial, overlap = (
+        "unfused experts, eager launch, FlashAttention-2, serial host",
+        "fused MoE, eager launch, FlashAttention-2, serial host",
+        "fused MoE, CUDA graphs, FlashAttention-2, serial host",
+        "fused MoE, CUDA graphs, FlashAttention-3, serial host",
+        "fused MoE, CUDA graphs, FlashAttention-3, overlapped host")
+    gpu_unfused = step_model(yaml.safe_load(lesson_file("kernels").read_text()),
+                             moe_kernel="unfused").cost(
+        BatchShape(decode_seqs=1, decode_context_tokens=1000)).step_time_s
+    assert gpu_unfused > 12.0e-3
+    assert _n(at[(unfused, 1)], "tpot_s.p50") == pytest.approx(gpu_unfused + 1.008e-3,
+                                                               rel=0.02)
     assert _n(at[(eager, 1)], "tpot_s.p50") == pytest.approx(12.0e-3 + 1.008e-3, rel=0.01)
     gap = _n(at[(serial, 1)], "tpot_s.p50") - _n(at[(overlap, 1)], "tpot_s.p50")
     assert gap == pytest.approx(1.008e-3, rel=0.05)

@@ -31,6 +31,10 @@ class Kernels:
     # Shares of all routed token-expert pairs on the busiest EP rank's expert slots
     # (cost/moe_routing.py); None is uniform routing.
     expert_slots: tuple[float, ...] | None = None
+    # deployment.moe_kernel "unfused": every expert this GPU holds runs as its own MLP over all
+    # of the step's tokens, its output masked by the routing weight (vLLM's Mixtral before the
+    # fused MoE kernel, PR #2542), instead of a grouped GEMM over the tokens routed to it.
+    moe_unfused: bool = False
 
     def __post_init__(self) -> None:
         check_layout(self.arch, self.layout)

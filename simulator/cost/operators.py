@@ -171,6 +171,9 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
         touched = max(1, round(sum(1.0 - (1.0 - min(1.0, k_sel * x)) ** tokens for x in slots)))
         routed = tokens * k_sel * sum(slots)
         hot = sum(slots) * ep
+    if k.moe_unfused:  # every local expert reads its weights and computes every token
+        touched = max(1, round(moe.num_experts / ep))
+        routed = tokens * touched
     m_e = math.ceil(routed / touched)
     ie = moe.expert_intermediate_size // expert_tp
     ops.append(k.gemm("moe_experts_up_gate", m_e, gate_mult * ie, h, Lm, groups=touched))

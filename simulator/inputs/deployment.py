@@ -204,6 +204,10 @@ class _Worker(_Strict):
     # The prefill attention kernel (e.g. flashattention-2), one the GPU profile's
     # attention_kernels block has a figure for; None: the profile's default kernel.
     attention_kernel: Annotated[str, Field(min_length=1, max_length=40)] | None = None
+    # fused: each expert a grouped GEMM over the tokens routed to it (vLLM's fused_moe and
+    # every current engine); unfused: each expert its own MLP over every token of the step,
+    # masked by its routing weight (vLLM's Mixtral before the fused kernel, PR #2542).
+    moe_kernel: Literal["fused", "unfused"] = "fused"
     # Host cost per step and per sequence; None: the engine style's (or a calibration's).
     overhead: Overhead | None = None
     # Share of GPU memory the engine may use (weights, activations, KV cache).
@@ -255,6 +259,17 @@ class _Worker(_Strict):
                 f"moe_dispatch all_to_all needs attention_data_parallel > 1 and expert_parallel "
                 f"> 1 (got {dp} and {ep}): with attention TP every GPU holds every token and "
                 f"the layer's all-reduce combines the experts; use gather"
+            )
+        return v
+
+    @field_validator("moe_kernel")
+    @classmethod
+    def _unfused_sees_every_token(cls, v: str, info: ValidationInfo) -> str:
+        if v == "unfused" and info.data.get("moe_dispatch") == "all_to_all":
+            raise _invalid(
+                "moe_kernel unfused runs every expert over every token of the step, and an "
+                "all_to_all dispatch delivers each rank only the tokens routed to it; use "
+                "moe_dispatch gather with it"
             )
         return v
 

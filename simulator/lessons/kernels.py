@@ -1,7 +1,8 @@
-"""Lesson kernels: a leaner forward pass pushes the whole frontier. One model on one GPU, the
-engine's software one switch at a time (eager launch to CUDA graphs, serial host work to an
-overlapped scheduler), each switch's gain read at the lightest and the heaviest load and
-explained with the engine style's own figures (engines/engine_styles.yaml)."""
+"""Lesson kernels: a leaner forward pass pushes the whole frontier. One model on the same GPUs,
+the engine's software one switch at a time (unfused experts to a fused MoE, eager launch to CUDA
+graphs, FlashAttention-2 to -3, serial host work to an overlapped scheduler), each switch's gain
+read at the lightest and the heaviest load and explained with the figures behind it: the
+model's experts, the engine style's (engines/engine_styles.yaml) and the GPU profile's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from simulator.cost import BatchShape
 from simulator.engines.style import EngineStyle, engine_style
 from simulator.hardware.profile import Hardware, load_hardware
 from simulator.inputs.deployment import Scheduler
@@ -24,6 +26,7 @@ ENGINE = "deployment.engine"
 VERSION = "deployment.engine_version"
 GRAPHS = "deployment.cuda_graphs"
 KERNEL = "deployment.attention_kernel"
+MOE = "deployment.moe_kernel"
 GPU = "output_tokens_per_s_per_gpu"
 TPOT = "tpot_s.p50"
 LONG_PROMPT = 32_768  # tokens: a long-document prompt, where attention dominates a prefill
@@ -44,11 +47,17 @@ def _kernel(r: Row) -> str:
     return str(named) if named else "the default attention kernel"
 
 
-def _parts(r: Row) -> tuple[str, str, str]:
-    """(launch, prefill attention kernel, host) of a row's engine software."""
+def _moe(r: Row) -> str:
+    """The row's MoE kernel: fused unless it names unfused."""
+    return "unfused" if r.get(MOE) == "unfused" else "fused"
+
+
+def _parts(r: Row) -> tuple[str, str, str, str]:
+    """(MoE kernel, launch, prefill attention kernel, host) of a row's engine software."""
+    moe = "unfused experts" if _moe(r) == "unfused" else "fused MoE"
     launch = "CUDA graphs" if r.get(GRAPHS) is not False else "eager launch"
     host = "overlapped host" if _style(r).overlap_cpu_with_gpu else "serial host"
-    return launch, _kernel(r).replace("flashattention-", "FlashAttention-"), host
+    return moe, launch, _kernel(r).replace("flashattention-", "FlashAttention-"), host
 
 
 def stage_label(r: Row) -> str:
@@ -115,6 +124,9 @@ def _why(cur: str, a_lo: Row, a_hi: Row, b_lo: Row, b_hi: Row, layers: int,
     f_hi = col(a_hi, TPOT) / col(b_hi, TPOT)
     trend = (f"×{f_lo:.2f} per user at {col(a_lo, LOAD):.0f} in flight, ×{f_hi:.2f} at "
              f"{col(a_hi, LOAD):.0f}")
+    if _moe(a_lo) != _moe(b_lo):
+        return _moe_why(cur, a_lo, a_hi, spec, hw, figures, sa.dispatch_s_per_layer * layers,
+                        trend)
     if sa.dispatch_s_per_layer > sb.dispatch_s_per_layer:
         per = sa.dispatch_s_per_layer
         floor = per * layers
@@ -155,9 +167,9 @@ def _attention_why(cur: str, a: Row, b: Row, spec: Mapping[str, Any], hw: Hardwa
     run's TTFT at the lightest load, and one long prompt's prefill on the step model."""
     ka, kb = (str(r.get(KERNEL) or hw.default_prefill_kernel) for r in (a, b))
     ha, hb = hw.with_prefill_kernel(ka), hw.with_prefill_kernel(kb)
-    chunk = int(((spec.get("deployment") or {}).get("scheduler") or {}).get(
-        "max_num_batched_tokens", Scheduler().max_num_batched_tokens))
-    long_a, long_b = (prefill_s(step_model(spec, h), LONG_PROMPT, chunk) for h in (ha, hb))
+    chunk = _chunk(spec)
+    long_a, long_b = (prefill_s(step_model(spec, h, _moe(a)), LONG_PROMPT, chunk)
+                      for h in (ha, hb))
     figures |= {f"{ka} prefill attention, share of BF16 peak": ha.attention_compute_fraction,
                 f"{kb} prefill attention, share of BF16 peak": hb.attention_compute_fraction,
                 "long prompt (tokens)": LONG_PROMPT, f"long prompt's prefill, {ka} (ms)":
@@ -171,3 +183,52 @@ def _attention_why(cur: str, a: Row, b: Row, spec: Mapping[str, Any], hw: Hardwa
             f"{col(b, 'ttft_s.p50') * 1e3:.1f} ms, while one {LONG_PROMPT:,}-token prompt's "
             f"prefill takes {long_b * 1e3:.0f} ms against {long_a * 1e3:.0f} ms "
             f"(×{long_a / long_b:.2f}).")
+
+
+EXPERT_ROWS = ("moe_experts_up_gate", "moe_experts_down")
+
+
+def _moe_why(cur: str, a_lo: Row, a_hi: Row, spec: Mapping[str, Any], hw: Hardware,
+             figures: dict[str, float], floor_s: float, trend: str) -> str:
+    """The fused MoE's gain from the step model's rows: the expert weights a one-token step
+    reads and its GPU time either way, the eager floor that may hold it, and at the heaviest
+    load, where some token touches every expert either way, a decode step and a prefill chunk,
+    where the unfused experts' extra FLOPs show."""
+    moe = load_architecture(str(spec["model"])).moe
+    assert moe is not None  # the scenario refuses moe_kernel on a dense model
+    e, k = moe.num_experts, moe.experts_per_token
+    batch = int(col(a_hi, LOAD))
+    chunk = _chunk(spec)
+    shapes = {"one": BatchShape(decode_seqs=1, decode_context_tokens=1000),
+              "decode": BatchShape(decode_seqs=batch, decode_context_tokens=batch * 1000),
+              "prefill": BatchShape.one_chunk(chunk)}
+    models = {kind: step_model(spec, moe_kernel=kind) for kind in ("unfused", "fused")}
+    ms = {(kind, shape): m.cost(b).step_time_s * 1e3
+          for kind, m in models.items() for shape, b in shapes.items()}
+    gb = {kind: sum(o.bytes for o in m.cost(shapes["one"]).ops if o.op in EXPERT_ROWS) / 1e9
+          for kind, m in models.items()}
+    figures |= {"experts": e, "experts per token": k, "prefill chunk (tokens)": chunk,
+                "expert weights a one-token step reads per GPU, unfused (GB)": gb["unfused"],
+                "expert weights a one-token step reads per GPU, fused (GB)": gb["fused"]}
+    figures |= {f"GPU step, {shape}, {kind} (ms)": v for (kind, shape), v in ms.items()}
+    held = ""
+    if floor_s * 1e3 > ms["fused", "one"]:
+        figures["eager floor per step (ms)"] = floor_s * 1e3
+        held = (f"; but eager launch keeps every step at its {floor_s * 1e3:.1f} ms floor, so "
+                f"at a light load the gain stops there")
+    return (f"{cur}: a token picks {k} of {e} experts. Unfused, every expert runs as its own "
+            f"MLP over every token and its output is masked, so a one-token step reads "
+            f"{gb['unfused']:.1f} GB of expert weights per GPU against {gb['fused']:.1f} GB "
+            f"fused, and the GPU's step takes {ms['unfused', 'one']:.1f} against "
+            f"{ms['fused', 'one']:.1f} ms{held}. At {batch} in flight some token touches every "
+            f"expert, so a decode step of {batch} reads the same weights either way "
+            f"({ms['unfused', 'decode']:.1f} against {ms['fused', 'decode']:.1f} ms); what "
+            f"remains is that each token is computed by {e} experts instead of {k}, which a "
+            f"prefill chunk of {chunk:,} tokens pays: {ms['unfused', 'prefill']:.0f} against "
+            f"{ms['fused', 'prefill']:.0f} ms; {trend}.")
+
+
+def _chunk(spec: Mapping[str, Any]) -> int:
+    """The scenario's prefill chunk (max_num_batched_tokens), else the Scheduler default."""
+    return int(((spec.get("deployment") or {}).get("scheduler") or {}).get(
+        "max_num_batched_tokens", Scheduler().max_num_batched_tokens))

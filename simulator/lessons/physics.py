@@ -12,10 +12,12 @@ from simulator.model.load import load_architecture
 MAX_BATCH = 4096
 
 
-def step_model(spec: Mapping[str, Any], hw: Hardware | None = None) -> StepModel:
+def step_model(spec: Mapping[str, Any], hw: Hardware | None = None,
+               moe_kernel: str | None = None) -> StepModel:
     """StepModel of a sweep's base scenario (model, GPU, layout, formats), on `hw` if given
-    (the GPU with another kernel's figures)."""
+    (the GPU with another kernel's figures), with `moe_kernel` if given, else the scenario's."""
     dep = spec.get("deployment") or {}
+    moe_kernel = moe_kernel or str(dep.get("moe_kernel", "fused"))
     prec = dep.get("precision") or {}
     return StepModel(
         load_architecture(str(spec["model"])),
@@ -26,6 +28,7 @@ def step_model(spec: Mapping[str, Any], hw: Hardware | None = None) -> StepModel
                        moe_all_to_all=dep.get("moe_dispatch") == "all_to_all"),
         Formats(prec.get("weights", "bf16"), prec.get("activations", "bf16"),
                 prec.get("kv_cache", "bf16")),
+        moe_unfused=moe_kernel == "unfused",
     )
 
 

@@ -132,17 +132,20 @@ def shared_step_model(
     formats: Formats,
     comm_overlap: float,
     slots: tuple[float, ...] | None,
+    moe_unfused: bool = False,
 ) -> StepModel:
     """One StepModel per configuration in a process, so its memoized step parts (pure
     functions of the configuration) carry over between the runs that share it: the sweep
     points of one config at different loads, the band's reruns. Keyed by the full repr of
     every input (a perturbed profile of the same name is another key)."""
-    key = repr((arch, hw, layout, formats, comm_overlap, slots))
+    key = repr((arch, hw, layout, formats, comm_overlap, slots, moe_unfused))
     model = _STEP_MODELS.get(key)
     if model is None:
         if len(_STEP_MODELS) >= MAX_SHARED_STEP_MODELS:
             _STEP_MODELS.clear()
-        model = _STEP_MODELS[key] = StepModel(arch, hw, layout, formats, comm_overlap, slots)
+        model = _STEP_MODELS[key] = StepModel(
+            arch, hw, layout, formats, comm_overlap, slots, moe_unfused
+        )
     return model
 
 
@@ -167,7 +170,14 @@ def _build_engine(
         )
     formats = Formats(p.weights, p.activations, p.kv_cache)
     slots = expert_slots(dep.moe_routing, arch, layout, base_dir)
-    step_model = shared_step_model(arch, hw, layout, formats, comm_overlap, slots)
+    if dep.moe_kernel == "unfused" and (arch.moe is None or arch.num_moe_layers == 0):
+        raise InputError(
+            f"deployment.moe_kernel: 'unfused' prices a mixture-of-experts layer, and "
+            f"{arch.name} has none; leave moe_kernel out (fused) for a dense model"
+        )
+    step_model = shared_step_model(
+        arch, hw, layout, formats, comm_overlap, slots, dep.moe_kernel == "unfused"
+    )
     s = dep.scheduler
     style = engine_style(dep.engine, dep.engine_version)
     if not dep.cuda_graphs:
