@@ -92,7 +92,9 @@ def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
         "attention_data_parallel": 8, "expert_parallel": 8,
         "precision": {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "bf16"},
         "engine": "sglang", "engine_version": "0.5.9",
-        "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8192},
+        # SGLang as the benchmark generator launches it: --max-prefill-tokens ISL + 1500
+        "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8192,
+                      "max_prefill_tokens": 1024 + 1500},
     }
     assert m.scenario["hardware"] == {"gpu": "b200", "gpus_per_node": 8, "nodes": 1}
     assert m.scenario["workload"] == {
@@ -120,6 +122,23 @@ def test_disagg_row_two_prefill_tp4_one_decode_tp8(tmp_path: Path) -> None:
     # batch size not recorded: every in-flight request may run
     assert dep["decode"]["scheduler"]["max_num_seqs"] == 16
     assert any("batch size not recorded" in d for d in m.defaults)
+
+
+def test_token_budgets_are_the_benchmark_generators(tmp_path: Path) -> None:
+    """Hand cases of the generator's budgets (scenario.py BENCH_BUDGET_MARGIN): vLLM
+    aggregated batch + ISL + 1500; TensorRT-LLM the same rounded up to 32-token blocks;
+    prefill workers ISL + 1500; decode workers keep max(8192, batch)."""
+    vllm = {**DENSE, "concurrency": "32", "batch_size": "32"}
+    trt = {**vllm, "backend": "trtllm", "backend_version": "1.2.0"}
+    runs = read_measurements([write_csv(tmp_path / "r.csv", [vllm, trt, DISAGG])])
+    budgets = [map_run(r, None).scenario["deployment"] for r in runs]  # type: ignore[index]
+    assert budgets[0]["scheduler"]["max_num_batched_tokens"] == 32 + 1024 + 1500  # 2556
+    assert budgets[1]["scheduler"]["max_num_batched_tokens"] == 2560  # 2556 -> 80 x 32
+    # DISAGG: ISL 8192 -> prefill 8192 + 1500 = 9692 -> 303 x 32 = 9696; decode max(8192, 16)
+    assert budgets[2]["prefill"]["scheduler"]["max_num_batched_tokens"] == 9696
+    assert budgets[2]["decode"]["scheduler"]["max_num_batched_tokens"] == 8192
+    assert any("benchmark generator's trtllm budget" in d
+               for d in map_run(runs[1], None).defaults)
 
 
 def test_gpt_oss_nvfp4_is_mxfp4_and_empty_precision_is_bf16(tmp_path: Path) -> None:

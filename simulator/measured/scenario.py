@@ -32,6 +32,17 @@ ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 WORKERS_GUESSED = "disagg num_workers not recorded: 1 prefill and 1 decode worker"
 # max_num_batched_tokens where a file does not record it: the scenario schema's own default.
 DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].default
+# The token budgets the calibration file's benchmark deploys with, where the file does not record
+# them: AIConfigurator's generator in benchmark mode (ai-dynamo/aiconfigurator,
+# src/aiconfigurator/generator/rule_plugin/benchmark/{vllm,trtllm,sglang}.rule, unchanged from
+# its first version of 2026-01-30, commit 71bb3d00e, to 095f58a51): vLLM and TensorRT-LLM step
+# budgets (max_num_tokens) of batch + ISL + 1500 aggregated and ISL + 1500 on prefill workers
+# (TensorRT-LLM's rounded up to its 32-token blocks); SGLang's --max-prefill-tokens ISL + 1500
+# on every worker. Decode workers keep max(8192, batch), not the generator's batch: with a
+# batch-sized decode budget the simulated P/D TTFT rose about 20x on a 300-run sample of the
+# calibration file (2026-12-04), a cause not yet found, so that budget is left out for now.
+BENCH_BUDGET_MARGIN = 1500
+TRTLLM_TOKENS_PER_BLOCK = 32
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
 
 
@@ -119,7 +130,8 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str]) -> dict[str, Any]:
     precision = _precision(run, defaults)
     conc = run.load.concurrency or 1
     pools = [
-        {**_pool(p, run.engine, precision, conc, defaults, label), **_version(run, defaults)}
+        {**_pool(p, run.engine, precision, conc, defaults, label,
+                 max(1, round(run.load.input_tokens))), **_version(run, defaults)}
         for p, label in zip(run.pools, ("prefill ", "decode ") if run.mode == "disagg" else ("",),
                             strict=True)
     ]
@@ -185,7 +197,7 @@ def _format(run: MeasuredRun, quant: str) -> tuple[str, str]:
 
 
 def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: list[str],
-          label: str) -> dict[str, Any]:
+          label: str, isl: int) -> dict[str, Any]:
     dp = p.attention_data_parallel or 1
     if p.attention_data_parallel is None:
         _declare(defaults, "attention_dp_size not recorded: 1")
@@ -197,8 +209,6 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
         seqs = max(1, math.ceil(conc / (workers * dp)))
         _declare(defaults, "batch size not recorded: max_num_seqs = concurrency per "
                            "attention-DP rank")
-    _declare(defaults, f"max_num_batched_tokens max({DEFAULT_TOKEN_BUDGET}, max_num_seqs) "
-                       "(not recorded)")
     return {
         "replicas": workers,
         "tensor_parallel": p.tensor_parallel,
@@ -208,8 +218,29 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
         "precision": dict(precision),
         "engine": ENGINE_STYLES[engine],
         "scheduler": {"max_num_seqs": seqs,
-                      "max_num_batched_tokens": max(DEFAULT_TOKEN_BUDGET, seqs)},
+                      **_bench_budget(engine, label.strip(), seqs, isl, defaults)},
     }
+
+
+def _bench_budget(engine: str, role: str, seqs: int, isl: int,
+                  defaults: list[str]) -> dict[str, int]:
+    """The step budget the benchmark's generator deploys a worker with (BENCH_BUDGET_MARGIN's
+    source), as scheduler keys; `role` is '' (aggregated), 'prefill' or 'decode'."""
+    if engine == "sglang":
+        _declare(defaults, f"max_prefill_tokens ISL + {BENCH_BUDGET_MARGIN} (the benchmark "
+                           f"generator's; not recorded); max_num_batched_tokens "
+                           f"max({DEFAULT_TOKEN_BUDGET}, max_num_seqs)")
+        return {"max_num_batched_tokens": max(DEFAULT_TOKEN_BUDGET, seqs),
+                "max_prefill_tokens": isl + BENCH_BUDGET_MARGIN}
+    budget = {"": seqs + isl + BENCH_BUDGET_MARGIN, "prefill": isl + BENCH_BUDGET_MARGIN,
+              "decode": max(DEFAULT_TOKEN_BUDGET, seqs)}[role]
+    if engine == "trtllm":
+        budget = -(-budget // TRTLLM_TOKENS_PER_BLOCK) * TRTLLM_TOKENS_PER_BLOCK
+    _declare(defaults, f"max_num_batched_tokens: the benchmark generator's {engine} budget "
+                       f"(aggregated batch + ISL + {BENCH_BUDGET_MARGIN}, prefill ISL + "
+                       f"{BENCH_BUDGET_MARGIN}, decode max({DEFAULT_TOKEN_BUDGET}, batch); "
+                       "not recorded)")
+    return {"max_num_batched_tokens": max(budget, seqs)}
 
 
 def _version(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
