@@ -100,6 +100,38 @@ def test_grouped_few_rows_per_expert_slower_per_flop_than_dense_same_total_m() -
     assert c.grouped_compute_multiplier(8192) == 1.0
 
 
+def test_blackwell_grouped_moe_pads_rows_per_expert_to_its_token_tile() -> None:
+    # gpt-oss-120b's experts on B200 at a 64-sequence decode step: 64 x 4 / 128 = 2 rows per
+    # expert, up-gate N = 5760, K = 2880, BF16 MMA (MXFP4 weights, BF16 activations). The
+    # trtllm-gen MoE runner's token tile is 2 rounded up to a power of two, clamped to [8, 64]:
+    # 8 rows, not the chip's 64-row small tile. 128 experts x 5760 / 128 = 5760 tiles, 39 waves
+    # of 148 SMs (5760 / 148 = 38.9). Rate: 2250 TFLOP/s x 0.66 x 0.81 (the grouped curve's
+    # floor) / 148 = 8.13 TFLOP/s per SM; one 8 x 128 x 2880 tile = 5.90 MFLOP -> 0.726 us +
+    # 1.0 us fixed = 1.726 us x 39 = 67.3 us (a 64-row tile would take 39 x 6.80 us = 265 us).
+    rates = gemm_rates(B200, "bf16", rows_per_group=2, grouped=True, weights="mxfp4")
+    assert rates.token_tile_m == (8, 64) and rates.tile_m_min is None
+    # NVFP4 and FP8 experts keep the class tiles (the CUTLASS grouped kernels engines default
+    # to): NVFP4's block-scaled MMA still pads to 128 rows.
+    nvfp4 = gemm_rates(B200, "fp4", rows_per_group=2, grouped=True, weights="nvfp4")
+    assert (nvfp4.token_tile_m, nvfp4.tile_m_min) == (None, 128)
+    fp8 = gemm_rates(B200, "fp8", rows_per_group=2, grouped=True, weights="fp8")
+    assert fp8.token_tile_m is None
+    per_sm = 2250e12 * 0.66 * 0.81 / 148
+    tile_s = 2 * 8 * 128 * 2880 / per_sm + 1e-6
+    got = gemm_kernel_s(B200, rates, 2, 5760, 2880, 128, 0.53125, 2.0).compute_s
+    assert got == pytest.approx(39 * tile_s, rel=1e-9)
+    assert got == pytest.approx(67.3e-6, rel=0.01)
+    # 20 rows -> a 32-row tile; 100 rows -> two 64-row tiles (the clamp's top).
+    t20 = gemm_kernel_s(B200, rates, 20, 5760, 2880, 128, 0.53125, 2.0).compute_s
+    assert t20 == pytest.approx(39 * (2 * 32 * 128 * 2880 / per_sm + 1e-6), rel=1e-9)
+    t100 = gemm_kernel_s(B200, rates, 100, 5760, 2880, 128, 0.53125, 2.0).compute_s
+    waves = math.ceil(2 * 5760 * 128 / 128 / 148)  # 11520 tiles -> 78 waves
+    assert t100 == pytest.approx(waves * (2 * 64 * 128 * 2880 / per_sm + 1e-6), rel=1e-9)
+    # Hopper's profile names no token tile: its grouped kernels keep the chip's tiles.
+    assert gemm_rates(H100, "bf16", rows_per_group=2, grouped=True,
+                      weights="mxfp4").token_tile_m is None
+
+
 def test_fp4_block_scaled_pads_to_128_rows_and_serialises_a_single_wave() -> None:
     # B200 NVFP4 M=1 N=K=8192: the block-scaled MMA issues 128 rows per CTA and the kernel does
     # not split K, so 1 x 64 tiles = 64 CTAs of 148 SMs, one tile each, run their whole K loop
@@ -219,6 +251,10 @@ def test_profile_without_the_block_is_flat(tmp_path: Path) -> None:
         (lambda c: c["grouped"].update(rows_per_expert=[512, 256, 1024]), "increase strictly"),
         (lambda c: c["grouped"].update(compute_multiplier=[0.8]), "same length"),
         (lambda c: c["dense"].update(hbm_fraction=1.4), "hbm_fraction"),
+        (lambda c: c["grouped"].update(token_tile_m=[8, 48]), "powers of two"),
+        (lambda c: c["grouped"].update(token_tile_m=[64, 8]), "smallest <= largest"),
+        (lambda c: c["grouped"].update(token_tile_m=[8]), "token_tile_m"),
+        (lambda c: c["grouped"].update(token_tile_weights=[]), "needs token_tile_weights"),
     ],
 )
 def test_bad_classes_get_one_clear_line(tmp_path: Path, edit: object, message: str) -> None:

@@ -90,7 +90,8 @@ def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
     assert dep == {
         "kind": "aggregated", "replicas": 1, "tensor_parallel": 1, "pipeline_parallel": 1,
         "attention_data_parallel": 8, "expert_parallel": 8,
-        "precision": {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "bf16"},
+        # NVFP4 rows: NVIDIA's ModelOpt checkpoint declares an FP8 KV cache (scenario.py)
+        "precision": {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "fp8"},
         "engine": "sglang", "engine_version": "0.5.9",
         # SGLang as the benchmark generator launches it: --max-prefill-tokens ISL + 1500
         "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8192,
@@ -104,7 +105,7 @@ def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
         "num_requests": 21 * 64, "seed": 0,
     }
     assert run.load.warmup_requests == 64
-    assert any("kv_cache bf16" in d for d in m.defaults)
+    assert any("kv_cache fp8 on NVFP4 rows" in d for d in m.defaults)
     assert m.group == ("b200", "sglang", "aggregated")
 
 
@@ -149,6 +150,8 @@ def test_gpt_oss_nvfp4_is_mxfp4_and_empty_precision_is_bf16(tmp_path: Path) -> N
     p_bf16 = map_run(runs[1], None).scenario["deployment"]["precision"]  # type: ignore[index]
     assert (p_gpt["weights"], p_gpt["activations"]) == ("mxfp4", "bf16")
     assert (p_bf16["weights"], p_bf16["activations"]) == ("bf16", "bf16")
+    # Only NVIDIA's NVFP4 checkpoints declare an FP8 KV cache; gpt-oss's MXFP4 one does not
+    assert p_gpt["kv_cache"] == p_bf16["kv_cache"] == "bf16"
 
 
 def test_unshipped_model_and_gpu_are_refused_with_reasons(tmp_path: Path) -> None:

@@ -70,13 +70,24 @@ def validate(
         from simulator.validation.ablation import ablation_markdown
 
         lines = ablation_markdown(ablated) if ablated is not None else None
-        REPORT.write_text(report_markdown(result, lines))
+        REPORT.write_text(report_markdown(result, lines, _measured_section()))
     if update_baseline:
         write_baseline(result)
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
     _echo_text(result, ablated)
+
+
+def _measured_section() -> list[str]:
+    """REPORT.md's calibration-file section, cause by cause (measured/causes.py); a line
+    saying so where the checkout has no calibration file beside it."""
+    from simulator.measured.causes import CALIBRATION_FILE, measured_ablation, measured_markdown
+
+    source = "../shared/reference/silicon_calibration.csv"
+    if not CALIBRATION_FILE.is_file():
+        return measured_markdown(None, source)
+    return measured_markdown(measured_ablation(CALIBRATION_FILE), source)
 
 
 def _echo_text(result: dict[str, Any], ablated: dict[str, Any] | None) -> None:

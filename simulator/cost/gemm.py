@@ -36,6 +36,8 @@ class GemmRates:
     split_k: bool = True
     launch_fixed_s: float = 0.0  # per launch beyond the launch cost (weight-only kernels)
     tile_m_small: int | None = None  # the kernel's own small tile M (None: the chip's)
+    # Grouped kernels with a token tile: rows rounded up to a power of two in [lo, hi]
+    token_tile_m: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +71,14 @@ def gemm_rates(
     weights_native: bool = True,
     rows_per_group: int = 0,
     grouped: bool = False,
+    weights: str = "",
 ) -> GemmRates:
     """The kernel class of a GEMM whose MMA runs at `tensor_format`. `weights_native`: the
     chip's tensor cores read the weight format directly (FP4 weights on Blackwell, also mixed
     with FP8 activations); False for int4, or FP4 on Hopper, which the kernel dequantizes
-    (weight-only class). `rows_per_group`: rows each expert multiplies (grouped MoE GEMMs)."""
+    (weight-only class). `rows_per_group`: rows each expert multiplies (grouped MoE GEMMs);
+    `weights`: the weight format, which picks a grouped kernel with a token tile where the
+    profile names one for it."""
     peak = hw.dense_flops_per_s[tensor_format]
     classes = hw.gemm_classes
     if classes is None:
@@ -84,7 +89,7 @@ def gemm_rates(
             hw.hbm_bytes_per_s * hw.hbm_bandwidth_fraction,
         )
     cls, name, hbm = classes.dense, "dense", classes.dense.hbm_fraction
-    launch_fixed, tile_m_small = 0.0, None
+    launch_fixed, tile_m_small, token_tile = 0.0, None, None
     if tensor_format == "fp4" and classes.fp4_block_scaled is not None:
         cls, name = classes.fp4_block_scaled, "fp4_block_scaled"
         hbm = cls.hbm_fraction
@@ -103,15 +108,18 @@ def gemm_rates(
             if weights_native
             else min(hbm, classes.grouped_hbm_fraction)
         )
+        if weights in classes.grouped_token_tile_weights:
+            token_tile = classes.grouped_token_tile_m
     return GemmRates(
         name,
         peak * fraction,
         cls.tile_fixed_s,
         hw.hbm_bytes_per_s * hbm,
-        cls.tile_m_min,
+        None if token_tile else cls.tile_m_min,
         cls.split_k,
         launch_fixed,
         tile_m_small,
+        token_tile,
     )
 
 
@@ -126,14 +134,21 @@ def tiled_gemm(
     tile_m_min: int | None = None,
     split_k: bool = True,
     tile_m_small: int | None = None,
+    token_tile_m: tuple[int, int] | None = None,
 ) -> tuple[float, int]:
     """(compute seconds, CTAs launched) of an M x N x K GEMM, tile- and wave-quantized, at an
-    achievable main-loop rate, each CTA paying `tile_fixed_s` per tile it computes."""
+    achievable main-loop rate, each CTA paying `tile_fixed_s` per tile it computes.
+    `token_tile_m` (lo, hi): the kernel's M tile is M rounded up to a power of two within
+    [lo, hi] (swap-AB MoE kernels' token tile) instead of the chip's tiles."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0, 0
     small = tiles.m_small if tile_m_small is None else tile_m_small
     small = small if tile_m_min is None else max(small, tile_m_min)
-    tm = small if m <= small else max(tiles.m, small)
+    if token_tile_m is not None:
+        lo, hi = token_tile_m
+        tm = min(max(1 << (m - 1).bit_length(), lo), hi)
+    else:
+        tm = small if m <= small else max(tiles.m, small)
     count = math.ceil(m / tm) * math.ceil(n / tiles.n)
     per_sm_flops_per_s = flops_per_s / sm_count
     tile_flops = 2.0 * tm * tiles.n * k
@@ -167,6 +182,7 @@ def gemm_kernel_s(
         rates.tile_m_min,
         rates.split_k,
         rates.tile_m_small,
+        rates.token_tile_m,
     )
     memory_s = gemm_bytes(m, n, k, weight_bytes, act_bytes) * groups / rates.hbm_bytes_per_s
     serial = not rates.split_k and 0 < ctas < hw.sm_count

@@ -115,7 +115,8 @@ class Kernels:
             return gemm_rates(self.hw, fmt, True, m, groups > 1)
         native = get_format(self.formats.weights).tensor_format
         weights_native = native is not None and self.hw.supports(native)
-        return gemm_rates(self.hw, self.gemm_format, weights_native, m, groups > 1)
+        return gemm_rates(self.hw, self.gemm_format, weights_native, m, groups > 1,
+                          self.formats.weights)
 
     def elementwise(self, op: str, nbytes: float, kernels: int) -> OpCost:
         return roofline(

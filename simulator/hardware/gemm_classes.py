@@ -103,9 +103,23 @@ class GroupedSpec(StrictSpec):
     # activation quantization, finalize, and the dependent launches' pipeline fill), fitted to
     # whole-block MoE kernel rows; 0 where the chip's rows need none.
     block_fixed_us: NonNegative = 0.0
+    # The token tile of MoE kernels that put tokens on the MMA's N side (swap-AB): rows per
+    # expert rounded up to a power of two within [smallest, largest]; None: the format class's
+    # tiles (the chip's small tile, the class's tile_m_min).
+    token_tile_m: list[Annotated[int, Field(gt=0)]] | None = None
+    # The weight formats whose grouped GEMMs run such kernels (the others keep the class tiles).
+    token_tile_weights: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _curve(self) -> GroupedSpec:
+        if self.token_tile_m is not None:
+            lo, hi = [*self.token_tile_m, 0, 0][:2]
+            if len(self.token_tile_m) != 2 or lo > hi or lo & (lo - 1) or hi & (hi - 1):
+                raise ValueError("token_tile_m must be [smallest, largest], powers of two, "
+                                 "smallest <= largest")
+            if not self.token_tile_weights:
+                raise ValueError("token_tile_m needs token_tile_weights (the weight formats "
+                                 "whose MoE kernels use it)")
         if len(self.rows_per_expert) != len(self.compute_multiplier):
             raise ValueError("rows_per_expert and compute_multiplier must have the same length")
         if not self.rows_per_expert:
@@ -147,6 +161,8 @@ class GemmClasses:
     moe_block_fixed_s: float = 0.0
     weight_only_launch_fixed_s: float = 0.0
     weight_only_tile_m: int | None = None
+    grouped_token_tile_m: tuple[int, int] | None = None
+    grouped_token_tile_weights: frozenset[str] = frozenset()
 
     def grouped_compute_multiplier(self, rows_per_expert: float) -> float:
         """Piecewise-linear in log2(rows per expert), flat beyond the measured ends."""
@@ -178,6 +194,8 @@ class GemmClasses:
             self.moe_block_fixed_s * fixed_factor,
             self.weight_only_launch_fixed_s * fixed_factor,
             self.weight_only_tile_m,
+            self.grouped_token_tile_m,
+            self.grouped_token_tile_weights,
         )
 
 
@@ -206,6 +224,8 @@ def to_gemm_classes(spec: GemmClassesSpec | None) -> GemmClasses | None:
         g.block_fixed_us * 1e-6,
         spec.weight_only.launch_fixed_us * 1e-6,
         spec.weight_only.tile_m,
+        None if g.token_tile_m is None else (g.token_tile_m[0], g.token_tile_m[1]),
+        frozenset(g.token_tile_weights),
     )
 
 

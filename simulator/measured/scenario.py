@@ -44,6 +44,12 @@ DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].def
 BENCH_BUDGET_MARGIN = 1500
 TRTLLM_TOKENS_PER_BLOCK = 32
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
+# NVFP4 rows run NVIDIA's ModelOpt NVFP4 checkpoints, whose hf_quant_config.json declares
+# "kv_cache_quant_algo": "FP8"; the engines' `auto` KV dtype follows a checkpoint's KV directive
+# (vLLM promotes auto to fp8_e4m3, TensorRT-LLM reads the quant config). Evidence in the file:
+# Llama-3.1-70B NVFP4 on one B200 at 64 x (1024 + 8192) tokens ran with a 241 ms TTFT, which
+# fits only with an FP8 KV cache (BF16 would need 193 GB of KV).
+NVFP4_CHECKPOINT_KV = "fp8"
 
 
 class Unsupported(Exception):
@@ -178,10 +184,16 @@ def _precision(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
         raise Unsupported("mixed weight formats", f"gemm {run.gemm_quant!r} and moe "
                           f"{run.moe_quant!r} map to different formats {sorted(formats)}")
     weights, activations = formats.pop()
-    _declare(defaults, f"kv_cache {KV_CACHE_DEFAULT} (KV-cache format not recorded)")
     if weights == "mxfp4":
         _declare(defaults, "gpt-oss nvfp4 rows: its MXFP4 checkpoint with BF16 activations")
-    return {"weights": weights, "activations": activations, "kv_cache": KV_CACHE_DEFAULT}
+    kv = KV_CACHE_DEFAULT
+    if weights == "nvfp4":
+        kv = NVFP4_CHECKPOINT_KV
+        _declare(defaults, f"kv_cache {kv} on NVFP4 rows: NVIDIA's ModelOpt NVFP4 checkpoints "
+                           "declare an FP8 KV cache, which the engines' auto KV dtype follows")
+    else:
+        _declare(defaults, f"kv_cache {KV_CACHE_DEFAULT} (KV-cache format not recorded)")
+    return {"weights": weights, "activations": activations, "kv_cache": kv}
 
 
 def _format(run: MeasuredRun, quant: str) -> tuple[str, str]:

@@ -313,10 +313,12 @@ def likely_cause_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = None) -> str:
+def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = None,
+                    measured_lines: list[str] | None = None) -> str:
     """REPORT.md: per-metric errors, the cause-by-cause ablation section when given
-    (validation/ablation.py), every row, the groups, the largest errors with their likely
-    causes, and the pending rows."""
+    (validation/ablation.py), the measured runs' section when given (measured/causes.py),
+    every row, the groups, the largest errors with their likely causes, and the pending
+    rows."""
     lines = [
         "# Validation against published measurements",
         "",
@@ -337,6 +339,7 @@ def report_markdown(result: dict[str, Any], ablation_lines: list[str] | None = N
         *checks_table(result),
         *parts_table(result),
         *(ablation_lines or []),
+        *(measured_lines or []),
         *ranking_markdown([RankedPair(**p) for p in result["ranking"]], TARGET_MEDIAN),
         "## Every row",
         "",

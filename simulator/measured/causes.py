@@ -1,0 +1,165 @@
+"""Before and after for each cause fitted to the calibration file's measured runs: the closed-form
+errors per (GPU, engine, mode) group with every cause on, and overall with one cause switched
+off at a time (REPORT.md's measured-runs section, `frontier validate --write-report`).
+
+A switch goes through the path the model itself uses: a mapped run's scenario (the token
+budgets the benchmark deployed with, the KV-cache format of NVIDIA's NVFP4 checkpoints) or
+its GPU profile (the MXFP4 MoE kernels' token tile). Scored with the estimate, which the
+calibration iterates on; the simulation's figures are accuracy.yaml's.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from simulator.hardware.profile import Hardware, load_hardware
+from simulator.measured.scenario import DEFAULT_TOKEN_BUDGET, WORKERS_GUESSED, Mapped, map_run
+from simulator.measured.scoring import error_stats
+from simulator.validation.ablation import Cause
+
+METRICS = ("ttft.mean", "tpot.mean")
+# Where a checkout finds the calibration file: the shared reference folder beside it.
+CALIBRATION_FILE = Path(__file__).resolve().parents[3] / "shared" / "reference" / (
+    "silicon_calibration.csv")
+
+
+def _pools(s: dict[str, Any]) -> list[dict[str, Any]]:
+    dep = s["deployment"]
+    return [dep["prefill"], dep["decode"]] if dep.get("kind") == "disaggregated" else [dep]
+
+
+def _old_budgets(s: dict[str, Any]) -> dict[str, Any]:
+    """Every pool at max(8192, max_num_seqs) tokens per step and no prefill cap: the mapping
+    before the benchmark generator's budgets (scenario.py BENCH_BUDGET_MARGIN)."""
+    s = copy.deepcopy(s)
+    for pool in _pools(s):
+        sched = pool["scheduler"]
+        sched.pop("max_prefill_tokens", None)
+        sched["max_num_batched_tokens"] = max(DEFAULT_TOKEN_BUDGET, sched["max_num_seqs"])
+    return s
+
+
+def _bf16_kv(s: dict[str, Any]) -> dict[str, Any]:
+    s = copy.deepcopy(s)
+    for pool in _pools(s):
+        pool["precision"]["kv_cache"] = "bf16"
+    return s
+
+
+def _no_token_tile(hw: Hardware) -> Hardware:
+    classes = hw.gemm_classes
+    if classes is None:
+        return hw
+    return replace(hw, gemm_classes=replace(classes, grouped_token_tile_weights=frozenset()))
+
+
+# The published rows' Cause (validation/ablation.py): a scenario and a hardware switch here.
+CAUSES: tuple[Cause, ...] = (
+    Cause("b1", "the benchmark generator's token budgets",
+                  "every pool at max(8192, batch) tokens per step, no prefill cap",
+                  scenario=_old_budgets),
+    Cause("b2", "NVFP4 checkpoints' FP8 KV cache", "NVFP4 rows keep a BF16 KV cache",
+                  scenario=_bf16_kv),
+    Cause("b3", "MXFP4 MoE kernels' token tile (Blackwell)",
+                  "MXFP4 experts pad to the chip's 64-row tile",
+                  hardware=_no_token_tile),
+)
+
+
+def _errors(m: Mapped, cause: Cause | None) -> dict[str, float] | None:
+    """The run's signed errors under the estimate with `cause` off (None: all on), or None
+    where it is refused."""
+    import simulator
+
+    assert m.scenario is not None
+    scenario = m.scenario if cause is None else cause.scenario(m.scenario)
+    profiles = None
+    if cause is not None:
+        gpu = scenario["hardware"]["gpu"]
+        profiles = {gpu: cause.hardware(load_hardware(gpu))}
+    try:
+        est = simulator.estimate(simulator.load_scenario(scenario), profiles=profiles)
+    except (ValueError, RuntimeError):  # memory, layout or model refusals: not scored
+        return None
+    predicted = {"ttft.mean": est.ttft_mean_s * 1e3, "tpot.mean": est.tpot_p50_s * 1e3}
+    return {k: predicted[k] / v - 1.0 for k, v in m.run.measured.items() if k in predicted}
+
+
+def _stats(errors: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {k: error_stats([e[k] for e in errors if k in e]) for k in METRICS
+            if any(k in e for e in errors)}
+
+
+def measured_ablation(path: Path) -> dict[str, Any]:
+    """Per group with every cause on, and overall per cause switched off, over the runs of
+    `path` whose layout the file records (P/D runs without worker counts left out)."""
+    from simulator.measured.detect import read_measurements
+
+    mapped = [map_run(r, None) for r in read_measurements([path])]
+    usable = [m for m in mapped if m.refused is None and m.scenario is not None
+              and WORKERS_GUESSED not in m.defaults]
+    variants: list[Cause | None] = [None, *CAUSES]
+    per: dict[str | None, list[tuple[Mapped, dict[str, float]]]] = {}
+    for cause in variants:
+        rows = []
+        for m in usable:
+            got = _errors(m, cause)
+            if got is not None:
+                rows.append((m, got))
+        per[None if cause is None else cause.key] = rows
+    groups: dict[str, list[dict[str, float]]] = {}
+    for m, e in per[None]:
+        groups.setdefault(" ".join(m.group), []).append(e)
+    return {
+        "file": path.name,
+        "runs": len(mapped),
+        "usable": len(usable),
+        "groups": {g: {"runs": len(es), **_stats(es)} for g, es in sorted(groups.items())},
+        "overall": {"runs": len(per[None]), **_stats([e for _, e in per[None]])},
+        "causes": [
+            {"key": c.key, "title": c.title, "switch": c.switch, "runs": len(per[c.key]),
+             **_stats([e for _, e in per[c.key]])}
+            for c in CAUSES
+        ],
+    }
+
+
+def _cell(stats: dict[str, Any], metric: str) -> str:
+    s = stats.get(metric)
+    if s is None:
+        return "-"
+    return (f"{s['median_abs_error']:.1%} / {s['p90_abs_error']:.0%} "
+            f"({s['median_signed_error']:+.0%})")
+
+
+def measured_markdown(result: dict[str, Any] | None, source: str) -> list[str]:
+    """REPORT.md's section for the calibration file (None: the file was not found)."""
+    head = ["## Measured runs of real engines, cause by cause", ""]
+    if result is None:
+        return [*head, f"`{source}` was not found where the report was generated, so this "
+                "section is empty; rerun `frontier validate --write-report` beside it.", ""]
+    lines = [
+        *head,
+        f"`{source}` ({result['runs']} runs; {result['usable']} of shipped models and GPUs "
+        "with their layout recorded, P/D runs without worker counts left out), scored with the "
+        "closed-form estimate (the calibration's inner loop; accuracy.yaml holds the "
+        "simulation's figures on a sample). Cells: median / p90 |error| (median signed).",
+        "",
+        "| cause | switched off by | runs | TTFT | TPOT |",
+        "|---|---|---:|---|---|",
+        f"| all on | - | {result['overall']['runs']} | {_cell(result['overall'], 'ttft.mean')} "
+        f"| {_cell(result['overall'], 'tpot.mean')} |",
+    ]
+    for c in result["causes"]:
+        lines.append(f"| {c['key']} {c['title']} | {c['switch']} | {c['runs']} | "
+                     f"{_cell(c, 'ttft.mean')} | {_cell(c, 'tpot.mean')} |")
+    lines += ["", "Per (GPU, engine, mode) group, every cause on:", "",
+              "| group | runs | TTFT | TPOT |", "|---|---:|---|---|"]
+    for g, s in result["groups"].items():
+        lines.append(f"| {g} | {s['runs']} | {_cell(s, 'ttft.mean')} | "
+                     f"{_cell(s, 'tpot.mean')} |")
+    return [*lines, ""]

@@ -1,0 +1,65 @@
+"""REPORT.md's measured-runs section (measured/causes.py): each cause's switch undoes exactly
+its change through the model's own path, and the section reports every cause on and off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.hardware.profile import load_hardware
+from simulator.measured.causes import CAUSES, measured_ablation, measured_markdown
+from simulator.measured.detect import read_measurements
+from simulator.measured.scenario import map_run
+from tests.test_measured import AGG_DP8, DENSE, DISAGG, write_csv
+
+SWITCH = {c.key: c for c in CAUSES}
+
+
+def _scenarios(tmp_path: Path, rows: list[dict[str, str]]) -> list[dict]:
+    runs = read_measurements([write_csv(tmp_path / "r.csv", rows)])
+    return [map_run(r, None).scenario for r in runs]  # type: ignore[misc]
+
+
+def test_budget_switch_restores_the_old_mapping(tmp_path: Path) -> None:
+    vllm = {**DENSE, "concurrency": "32", "batch_size": "32"}
+    agg, sgl, pd = _scenarios(tmp_path, [vllm, AGG_DP8, DISAGG])
+    # On: 32 + 1024 + 1500 = 2556 (test_measured.py); off: max(8192, 32) = 8192.
+    off = SWITCH["b1"].scenario(agg)["deployment"]["scheduler"]
+    assert off == {"max_num_seqs": 32, "max_num_batched_tokens": 8192}
+    assert agg["deployment"]["scheduler"]["max_num_batched_tokens"] == 2556  # not mutated
+    # SGLang loses its ISL + 1500 prefill cap; both P/D pools go back to 8192.
+    assert "max_prefill_tokens" not in SWITCH["b1"].scenario(sgl)["deployment"]["scheduler"]
+    pd_off = SWITCH["b1"].scenario(pd)["deployment"]
+    assert [pd_off[p]["scheduler"]["max_num_batched_tokens"] for p in ("prefill", "decode")] == [
+        8192, 8192]
+
+
+def test_kv_switch_and_token_tile_switch(tmp_path: Path) -> None:
+    [nvfp4] = _scenarios(tmp_path, [AGG_DP8])
+    assert nvfp4["deployment"]["precision"]["kv_cache"] == "fp8"
+    assert SWITCH["b2"].scenario(nvfp4)["deployment"]["precision"]["kv_cache"] == "bf16"
+    b200 = load_hardware("b200")
+    assert b200.gemm_classes is not None
+    assert b200.gemm_classes.grouped_token_tile_weights == frozenset({"mxfp4"})
+    off = SWITCH["b3"].hardware(b200).gemm_classes
+    assert off is not None and off.grouped_token_tile_weights == frozenset()
+    assert off.grouped_hbm_fraction == b200.gemm_classes.grouped_hbm_fraction
+
+
+def test_section_scores_every_cause(tmp_path: Path) -> None:
+    gpt = {**DENSE, "id": "gpt", "model": "gpt-oss-120b", "gpu": "b200", "precision": "fp4",
+           "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "concurrency": "64",
+           "batch_size": "64", "tpot_ms": "8"}
+    path = write_csv(tmp_path / "r.csv", [AGG_DP8, DENSE, gpt])
+    result = measured_ablation(path)
+    assert (result["runs"], result["usable"], result["overall"]["runs"]) == (3, 3, 3)
+    assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
+                                     "b200 vllm aggregated"}
+    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3"]
+    # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
+    on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
+    assert on != tile_off
+    lines = measured_markdown(result, "r.csv")
+    assert lines[0] == "## Measured runs of real engines, cause by cause"
+    assert sum(ln.startswith("| b") for ln in lines) == 3 + 2  # 3 causes, 2 b200 groups
+    missing = measured_markdown(None, "nowhere.csv")
+    assert any("`nowhere.csv` was not found" in ln for ln in missing)
