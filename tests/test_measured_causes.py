@@ -45,6 +45,27 @@ def test_kv_switch_and_token_tile_switch(tmp_path: Path) -> None:
     assert off.grouped_hbm_fraction == b200.gemm_classes.grouped_hbm_fraction
 
 
+def test_qk_norm_switch_drops_the_allreduce_row() -> None:
+    import simulator
+    from simulator.cost import BatchShape
+
+    scenario = {"schema_version": 1, "name": "mm", "model": "minimax-m2.5",
+                "hardware": {"gpu": "b200", "gpus_per_node": 8},
+                "deployment": {"tensor_parallel": 4, "precision": {"weights": "fp8"}},
+                "workload": {"arrival": {"kind": "closed_loop", "concurrency": 4},
+                             "input_tokens": {"kind": "fixed", "value": 1024},
+                             "output_tokens": {"kind": "fixed", "value": 64},
+                             "num_requests": 4}}
+    engine = simulator.load_scenario(scenario).engine
+    assert engine is not None
+    batch = BatchShape(decode_seqs=4, decode_context_tokens=4096)
+    on = {o.op for o in engine.step_model.cost(batch).ops}
+    off_engine = SWITCH["b4"].engine(engine)
+    off = {o.op for o in off_engine.step_model.cost(batch).ops}
+    assert "qk_norm_allreduce" in on and on - off == {"qk_norm_allreduce"}
+    assert engine.arch.qk_norm_across_heads  # the switch copies, never mutates
+
+
 def test_section_scores_every_cause(tmp_path: Path) -> None:
     gpt = {**DENSE, "id": "gpt", "model": "gpt-oss-120b", "gpu": "b200", "precision": "fp4",
            "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "concurrency": "64",
@@ -54,12 +75,12 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert (result["runs"], result["usable"], result["overall"]["runs"]) == (3, 3, 3)
     assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
                                      "b200 vllm aggregated"}
-    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3"]
+    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4"]
     # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
     on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
     assert on != tile_off
     lines = measured_markdown(result, "r.csv")
     assert lines[0] == "## Measured runs of real engines, cause by cause"
-    assert sum(ln.startswith("| b") for ln in lines) == 3 + 2  # 3 causes, 2 b200 groups
+    assert sum(ln.startswith("| b") for ln in lines) == 4 + 2  # 4 causes, 2 b200 groups
     missing = measured_markdown(None, "nowhere.csv")
     assert any("`nowhere.csv` was not found" in ln for ln in missing)

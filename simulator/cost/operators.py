@@ -130,6 +130,13 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
             k.comm("dp_gather_scatter", t, L * per_rank + gathered * 2 * act_bytes)
         )
 
+    if a.qk_norm_across_heads and tp > 1:
+        # q and k each normalised over all heads: one FP32 sum of squares per token and
+        # tensor all-reduced across the TP group on every layer, before attention can run
+        # (vLLM MiniMaxText01RMSNormTP for MiniMax-M2's q_norm and k_norm): latency-bound.
+        nbytes = (ma if dp > 1 else tokens) * FP32_BYTES
+        ops.append(k.comm("qk_norm_allreduce", 2 * L * allreduce_time_s(nbytes, tp, k.hw),
+                          2 * L * nbytes))
     ops.extend(ffn_ops(k, tokens))
     if lay.pipeline_parallel > 1:
         pp, nbytes = lay.pipeline_parallel, ma * h * BF16_BYTES

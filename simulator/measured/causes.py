@@ -3,9 +3,10 @@ errors per (GPU, engine, mode) group with every cause on, and overall with one c
 off at a time (REPORT.md's measured-runs section, `frontier validate --write-report`).
 
 A switch goes through the path the model itself uses: a mapped run's scenario (the token
-budgets the benchmark deployed with, the KV-cache format of NVIDIA's NVFP4 checkpoints) or
-its GPU profile (the MXFP4 MoE kernels' token tile). Scored with the estimate, which the
-calibration iterates on; the simulation's figures are accuracy.yaml's.
+budgets the benchmark deployed with, the KV-cache format of NVIDIA's NVFP4 checkpoints), its
+GPU profile (the MXFP4 MoE kernels' token tile) or its engine's model (MiniMax-M2's q/k
+norm). Scored with the estimate, which the calibration iterates on; the simulation's figures
+are accuracy.yaml's.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from simulator.hardware.profile import Hardware, load_hardware
+from simulator.hardware.profile import Hardware
 from simulator.measured.scenario import DEFAULT_TOKEN_BUDGET, WORKERS_GUESSED, Mapped, map_run
 from simulator.measured.scoring import error_stats
-from simulator.validation.ablation import Cause
+from simulator.serving.engine_build import Engine
+from simulator.validation.ablation import Cause, variant_loaded
 
 METRICS = ("ttft.mean", "tpot.mean")
 # Where a checkout finds the calibration file: the shared reference folder beside it.
@@ -50,6 +52,14 @@ def _bf16_kv(s: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def _per_head_qk_norm(e: Engine) -> Engine:
+    """The engine's model with q/k norms per head: no TP all-reduce of their sums."""
+    arch = replace(e.arch, qk_norm_across_heads=False)
+    model = replace(e.step_model, arch=arch, _token_cache={}, _head_cache={}, _rank_cache={},
+                    _group_cache={})
+    return replace(e, arch=arch, step_model=model)
+
+
 def _no_token_tile(hw: Hardware) -> Hardware:
     classes = hw.gemm_classes
     if classes is None:
@@ -67,6 +77,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("b3", "MXFP4 MoE kernels' token tile (Blackwell)",
                   "MXFP4 experts pad to the chip's 64-row tile",
                   hardware=_no_token_tile),
+    Cause("b4", "MiniMax-M2's q/k norm over all heads (TP all-reduce)",
+          "q/k normalised per head, no all-reduce", engine=_per_head_qk_norm),
 )
 
 
@@ -76,13 +88,8 @@ def _errors(m: Mapped, cause: Cause | None) -> dict[str, float] | None:
     import simulator
 
     assert m.scenario is not None
-    scenario = m.scenario if cause is None else cause.scenario(m.scenario)
-    profiles = None
-    if cause is not None:
-        gpu = scenario["hardware"]["gpu"]
-        profiles = {gpu: cause.hardware(load_hardware(gpu))}
     try:
-        est = simulator.estimate(simulator.load_scenario(scenario), profiles=profiles)
+        est = simulator.estimate(variant_loaded(m.scenario, cause))
     except (ValueError, RuntimeError):  # memory, layout or model refusals: not scored
         return None
     predicted = {"ttft.mean": est.ttft_mean_s * 1e3, "tpot.mean": est.tpot_p50_s * 1e3}

@@ -99,6 +99,10 @@ class Architecture:
     fused_hidden_states: int = 0
     # Sparse attention (DSA): None for dense attention.
     sparse: SparseAttentionSpec | None = None
+    # RMSNorm of q and k over all heads together (MiniMax-M2's qk_norm_type "per_layer"), not
+    # per head: under tensor parallelism each rank holds some heads, so the norm's sum of
+    # squares is all-reduced across the TP group on every layer (vLLM MiniMaxText01RMSNormTP).
+    qk_norm_across_heads: bool = False
 
     # --- derived counts, used by the cost model and the parameter-count tests ---
 

@@ -373,4 +373,6 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         num_mtp_layers=c.opt_int("num_nextn_predict_layers", 0),
         bf16_modules=bf16_modules(c.raw),
         sparse=_parse_sparse(c),
+        qk_norm_across_heads=(c.opt_bool("use_qk_norm", False)
+                              and c.opt_str("qk_norm_type") == "per_layer"),
     )

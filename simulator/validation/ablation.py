@@ -126,14 +126,15 @@ def scored_rows(rows: Iterable[Row] | None = None) -> list[Row]:
     ]
 
 
-def simulate_variant(scenario: dict[str, Any], cause: Cause | None) -> dict[str, Any]:
-    """The result dict of a row's scenario with `cause` switched off (None: all on)."""
+def variant_loaded(scenario: dict[str, Any], cause: Cause | None) -> Any:
+    """The loaded scenario with `cause` switched off (None: all on) through its scenario,
+    hardware and engine switches, ready for `simulate` or `estimate`."""
     import simulator
     from simulator.api import LoadedScenario
     from simulator.serving.engine_build import build_engine
 
     if cause is None:
-        return simulator.simulate(simulator.load_scenario(scenario)).to_dict()
+        return simulator.load_scenario(scenario)
     loaded = simulator.load_scenario(cause.scenario(scenario))
     engine = loaded.engine
     assert engine is not None
@@ -141,7 +142,14 @@ def simulate_variant(scenario: dict[str, Any], cause: Cause | None) -> dict[str,
     if hw is not engine.hw:
         engine = build_engine(loaded.scenario, loaded.base_dir, hw)
     engine = cause.engine(engine)
-    return simulator.simulate(LoadedScenario(loaded.scenario, loaded.base_dir, engine)).to_dict()
+    return LoadedScenario(loaded.scenario, loaded.base_dir, engine)
+
+
+def simulate_variant(scenario: dict[str, Any], cause: Cause | None) -> dict[str, Any]:
+    """The result dict of a row's scenario with `cause` switched off (None: all on)."""
+    import simulator
+
+    return simulator.simulate(variant_loaded(scenario, cause)).to_dict()
 
 
 def run_ablation(causes: Iterable[Cause] = CAUSES) -> dict[str, Any]:
