@@ -112,6 +112,30 @@ def test_overload_is_flagged_and_throughput_is_the_capacity() -> None:
     assert est.ttft_p99_s > 1.0 and sim["ttft_s"]["p99"] > 1.0
 
 
+def test_decode_pool_budget_counts_no_prompt_tokens() -> None:
+    """A P/D decode pool receives its prompts' KV computed: a step of B decodes uses B tokens
+    of the budget, whatever the prompt. With max_num_batched_tokens = max_num_seqs = 64 (the
+    benchmark generator's TensorRT-LLM and vLLM decode workers) the batch limit is the seats,
+    64, not the budget charged with the prompts, 64 / (1 + 8000 / 250) = 1.9 sequences (the
+    estimate's former reading, which put the calibration file's P/D TTFT 20x too high)."""
+    loaded = simulator.load_scenario(DISAGG, [
+        "workload.input_tokens={kind: fixed, value: 8000}",
+        "workload.output_tokens={kind: fixed, value: 251}",
+        "deployment.decode.scheduler={max_num_seqs: 64, max_num_batched_tokens: 64}",
+    ])
+    est = simulator.estimate(loaded)
+    wide = simulator.estimate(simulator.load_scenario(DISAGG, [
+        "workload.input_tokens={kind: fixed, value: 8000}",
+        "workload.output_tokens={kind: fixed, value: 251}",
+        "deployment.decode.scheduler={max_num_seqs: 64, max_num_batched_tokens: 8192}",
+    ]))
+    # Both batches are held by the KV cache; the 8,192-token budget reserves more activation
+    # memory, so its cache holds 2 % fewer sequences (51.4 against 52.4).
+    assert est.limit == wide.limit == "kv_cache"
+    assert est.batch_limit == pytest.approx(wide.batch_limit, rel=0.03)
+    assert est.tpot_p50_s == pytest.approx(wide.tpot_p50_s, rel=0.03)
+
+
 def test_kv_cache_caps_the_batch() -> None:
     """With 30 % of HBM the KV cache holds fewer mean sequences than max_num_seqs: the batch
     limit is the cache, at kv_tokens / (I + O/2 + half a block) sequences."""

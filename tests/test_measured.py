@@ -128,16 +128,16 @@ def test_disagg_row_two_prefill_tp4_one_decode_tp8(tmp_path: Path) -> None:
 def test_token_budgets_are_the_benchmark_generators(tmp_path: Path) -> None:
     """Hand cases of the generator's budgets (scenario.py BENCH_BUDGET_MARGIN): vLLM
     aggregated batch + ISL + 1500; TensorRT-LLM the same rounded up to 32-token blocks;
-    prefill workers ISL + 1500; decode workers keep max(8192, batch)."""
+    prefill workers ISL + 1500; decode workers the batch."""
     vllm = {**DENSE, "concurrency": "32", "batch_size": "32"}
     trt = {**vllm, "backend": "trtllm", "backend_version": "1.2.0"}
     runs = read_measurements([write_csv(tmp_path / "r.csv", [vllm, trt, DISAGG])])
     budgets = [map_run(r, None).scenario["deployment"] for r in runs]  # type: ignore[index]
     assert budgets[0]["scheduler"]["max_num_batched_tokens"] == 32 + 1024 + 1500  # 2556
     assert budgets[1]["scheduler"]["max_num_batched_tokens"] == 2560  # 2556 -> 80 x 32
-    # DISAGG: ISL 8192 -> prefill 8192 + 1500 = 9692 -> 303 x 32 = 9696; decode max(8192, 16)
+    # DISAGG: ISL 8192 -> prefill 8192 + 1500 = 9692 -> 303 x 32 = 9696; decode batch 16 -> 32
     assert budgets[2]["prefill"]["scheduler"]["max_num_batched_tokens"] == 9696
-    assert budgets[2]["decode"]["scheduler"]["max_num_batched_tokens"] == 8192
+    assert budgets[2]["decode"]["scheduler"]["max_num_batched_tokens"] == 32
     assert any("benchmark generator's trtllm budget" in d
                for d in map_run(runs[1], None).defaults)
 

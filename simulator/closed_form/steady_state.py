@@ -114,8 +114,9 @@ def batch_limit(unit: Unit, traffic: Traffic) -> tuple[float, str]:
     """The largest mean batch and what sets it: max_num_seqs, the KV cache or the budget."""
     limits = {"max_num_seqs": float(unit.max_seqs), "kv_cache": kv_batch_limit(unit, traffic)}
     d = decode_steps(traffic, unit)
-    if unit.mixes and d > 0:
-        # Every step carries its share of prefill: B (1 + k) + B I / D <= budget.
+    if unit.mixes and d > 0 and not unit.decodes_first_token:
+        # Every step carries its share of prefill: B (1 + k) + B I / D <= budget. (A P/D
+        # decode unit prefills nothing: its requests arrive with their KV computed.)
         limits["token_budget"] = unit.budget_tokens / (unit.fed_per_decoder
                                                        + traffic.input_mean / d)
     elif d > 0:

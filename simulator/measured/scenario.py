@@ -36,11 +36,9 @@ DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].def
 # them: AIConfigurator's generator in benchmark mode (ai-dynamo/aiconfigurator,
 # src/aiconfigurator/generator/rule_plugin/benchmark/{vllm,trtllm,sglang}.rule, unchanged from
 # its first version of 2026-01-30, commit 71bb3d00e, to 095f58a51): vLLM and TensorRT-LLM step
-# budgets (max_num_tokens) of batch + ISL + 1500 aggregated and ISL + 1500 on prefill workers
-# (TensorRT-LLM's rounded up to its 32-token blocks); SGLang's --max-prefill-tokens ISL + 1500
-# on every worker. Decode workers keep max(8192, batch), not the generator's batch: with a
-# batch-sized decode budget the simulated P/D TTFT rose about 20x on a 300-run sample of the
-# calibration file (2026-12-04), a cause not yet found, so that budget is left out for now.
+# budgets (max_num_tokens) of batch + ISL + 1500 aggregated, ISL + 1500 on prefill workers and
+# the batch on decode workers (TensorRT-LLM's rounded up to its 32-token blocks); SGLang's
+# --max-prefill-tokens ISL + 1500 on every worker.
 BENCH_BUDGET_MARGIN = 1500
 TRTLLM_TOKENS_PER_BLOCK = 32
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
@@ -245,13 +243,12 @@ def _bench_budget(engine: str, role: str, seqs: int, isl: int,
         return {"max_num_batched_tokens": max(DEFAULT_TOKEN_BUDGET, seqs),
                 "max_prefill_tokens": isl + BENCH_BUDGET_MARGIN}
     budget = {"": seqs + isl + BENCH_BUDGET_MARGIN, "prefill": isl + BENCH_BUDGET_MARGIN,
-              "decode": max(DEFAULT_TOKEN_BUDGET, seqs)}[role]
+              "decode": seqs}[role]
     if engine == "trtllm":
         budget = -(-budget // TRTLLM_TOKENS_PER_BLOCK) * TRTLLM_TOKENS_PER_BLOCK
     _declare(defaults, f"max_num_batched_tokens: the benchmark generator's {engine} budget "
                        f"(aggregated batch + ISL + {BENCH_BUDGET_MARGIN}, prefill ISL + "
-                       f"{BENCH_BUDGET_MARGIN}, decode max({DEFAULT_TOKEN_BUDGET}, batch); "
-                       "not recorded)")
+                       f"{BENCH_BUDGET_MARGIN}, decode the batch; not recorded)")
     return {"max_num_batched_tokens": max(budget, seqs)}
 
 
