@@ -189,6 +189,9 @@ def measured_text(result: dict[str, Any]) -> str:
     if result["defaults"]:
         lines += ["", table(["declared default (not recorded in the file)", "runs"],
                             [[k, str(v)] for k, v in result["defaults"].items()])]
+    from simulator.measured.ordering import ordering_lines
+
+    lines += ["", *ordering_lines(result.get("ordering", {}))]
     lines.append(f"\n{result['method']}: {result['overall']['runs']} runs in "
                  f"{result['seconds']:.1f} s; --json lists every run's predicted vs measured")
     return "\n".join(lines)

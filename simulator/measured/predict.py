@@ -39,6 +39,7 @@ def score(item: tuple[Mapped, str, tuple[Any, ...], bool]) -> dict[str, Any]:
         "id": run.run_id, "source": run.source, "row": run.row, "format": run.format,
         "gpu": mapped.group[0], "engine": mapped.group[1], "mode": mapped.group[2],
         "engine_version": run.engine_version, "model": run.model,
+        "lengths": f"{run.load.input_tokens:g}x{run.load.output_tokens:g}",
         "defaults": list(mapped.defaults), "measured": dict(run.measured),
     }
     start = time.perf_counter()

@@ -11,6 +11,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from simulator.measured.ordering import pair_ordering, points_of
 from simulator.measured.predict import score
 from simulator.measured.scenario import WORKERS_GUESSED, Mapped
 from simulator.progress import Progress
@@ -111,6 +112,9 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         # The runs whose layout the file records in full: without the P/D rows that lack
         # worker counts (their per-worker load is a guess, so their errors are the guess's).
         "overall_layout_recorded": _block(recorded),
+        # Config pairs ordered as measured, within (model, GPU, engine, mode, lengths), over
+        # the layout-recorded runs (measured/ordering.py).
+        "ordering": pair_ordering(points_of(recorded)),
         "refused": dict(Counter(r["reason"] for r in records
                                 if r["status"] == "refused").most_common()),
         "defaults": dict(Counter(d for r in records for d in r["defaults"]).most_common()),
