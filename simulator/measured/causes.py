@@ -54,11 +54,13 @@ def _bf16_kv(s: dict[str, Any]) -> dict[str, Any]:
 
 
 def _per_head_qk_norm(e: Engine) -> Engine:
-    """The engine's model with q/k norms per head: no TP all-reduce of their sums."""
+    """The engine's model (and its prefill pool's, when disaggregated) with q/k norms per
+    head: no TP all-reduce of their sums."""
     arch = replace(e.arch, qk_norm_across_heads=False)
     model = replace(e.step_model, arch=arch, _token_cache={}, _head_cache={}, _rank_cache={},
                     _group_cache={})
-    return replace(e, arch=arch, step_model=model)
+    pool = None if e.prefill_pool is None else _per_head_qk_norm(e.prefill_pool)
+    return replace(e, arch=arch, step_model=model, prefill_pool=pool)
 
 
 def _no_token_tile(hw: Hardware) -> Hardware:
