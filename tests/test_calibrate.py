@@ -33,8 +33,11 @@ def _row(i: int, model: str, tp: int, conc: int, isl: int, osl: int) -> dict[str
     row.update(id=f"r{i}", backend="vllm", backend_version="0.15.1", model=model,
                gpu="h100-sxm", precision="bf16", mode="agg", isl=str(isl), osl=str(osl),
                concurrency=str(conc), batch_size=str(conc), tp_size=str(tp), pp_size="1",
-               attention_dp_size="1", moe_tp_size=str(tp), moe_ep_size="1", ttft_ms="1",
-               tpot_ms="1", measured="2026-01-01", source="synthetic")
+               attention_dp_size="1", moe_tp_size=str(tp), moe_ep_size="1",
+               # placeholders until truth_file writes the figures; distinct, so no two rows
+               # read as one measurement listed under two layouts (silicon.py)
+               ttft_ms=str(i + 1), tpot_ms=str(i + 1), measured="2026-01-01",
+               source="synthetic")
     return row
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from simulator.cli.app import main
 from simulator.measured.detect import detect_format, read_measurements
-from simulator.measured.scenario import WORKERS_GUESSED, map_run
+from simulator.measured.scenario import LAYOUT_CONTRADICTED, WORKERS_GUESSED, map_run
 
 SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
 COLUMNS = [
@@ -332,7 +332,8 @@ def test_pd_rows_without_worker_counts_are_scored_apart_from_the_headline(
         tmp_path: Path) -> None:
     """A P/D row that records no worker counts runs on one worker per pool (declared), but its
     per-worker load is a guess: `overall` counts it, `overall_layout_recorded` does not."""
-    unrecorded = {**DISAGG, "id": "pd-x", "prefill_num_workers": "", "decode_num_workers": ""}
+    unrecorded = {**DISAGG, "id": "pd-x", "prefill_num_workers": "", "decode_num_workers": "",
+                  "ttft_ms": "950"}  # its own measurement (the same one would contradict DISAGG)
     path = write_csv(tmp_path / "r.csv", [DENSE, DISAGG, unrecorded])
     result = invoke("--measurements", str(path), "--method", "estimate", "--json")
     assert result.exit_code == 0, result.output
@@ -342,7 +343,26 @@ def test_pd_rows_without_worker_counts_are_scored_apart_from_the_headline(
     guessed = [r["id"] for r in out["runs"] if WORKERS_GUESSED in r["defaults"]]
     assert guessed == ["pd-x"]
     text = invoke("--measurements", str(path), "--method", "estimate")
-    assert "overall, P/D workers recorded" in text.output
+    assert "overall, layout recorded and not contradicted" in text.output
+
+
+def test_a_measurement_listed_under_two_layouts_is_in_doubt(tmp_path: Path) -> None:
+    """The same measured TTFT and TPOT (every digit) of the same engine, GPU, lengths and load
+    listed twice with different layouts (TP 1 and TP 2) is one run rendered two ways: both
+    rows say so and leave the headline; a plain repeat with the same layout stays in it."""
+    tp2 = {**DENSE, "id": "dense-tp2", "tp_size": "2"}
+    again = {**DENSE, "id": "dense-again"}
+    other = {**AGG_DP8}
+    path = write_csv(tmp_path / "r.csv", [DENSE, tp2, other])
+    res = invoke("--measurements", str(path), "--method", "estimate", "--json")
+    out = json.loads(res.output[res.output.index("{"):])
+    doubt = sorted(r["id"] for r in out["runs"] if LAYOUT_CONTRADICTED in r["defaults"])
+    assert doubt == ["dense", "dense-tp2"]
+    assert (out["overall"]["simulated"], out["overall_layout_recorded"]["simulated"]) == (3, 1)
+    res = invoke("--measurements", str(write_csv(tmp_path / "s.csv", [DENSE, again])),
+                 "--method", "estimate", "--json")
+    same = json.loads(res.output[res.output.index("{"):])
+    assert same["overall_layout_recorded"]["simulated"] == 2
 
 
 def test_calibration_leaves_out_pd_rows_without_worker_counts(tmp_path: Path) -> None:
@@ -350,7 +370,8 @@ def test_calibration_leaves_out_pd_rows_without_worker_counts(tmp_path: Path) ->
     the calibration problem counts it under its reason and uses the others."""
     from simulator.measured.calibrate_runs import GUESSED, build_problem
 
-    unrecorded = {**DISAGG, "id": "pd-x", "prefill_num_workers": "", "decode_num_workers": ""}
+    unrecorded = {**DISAGG, "id": "pd-x", "prefill_num_workers": "", "decode_num_workers": "",
+                  "ttft_ms": "950"}
     runs = read_measurements([write_csv(tmp_path / "r.csv", [DENSE, DISAGG, unrecorded])])
     problem = build_problem([map_run(r, None) for r in runs])
     assert problem.refused[GUESSED] == 1

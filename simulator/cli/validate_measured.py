@@ -172,7 +172,7 @@ def measured_text(result: dict[str, Any]) -> str:
     then the refusals by reason and the declared defaults with their counts."""
     rows = []
     blocks = [*result["groups"].items(), ("overall", result["overall"]),
-              ("overall, P/D workers recorded", result["overall_layout_recorded"])]
+              ("overall, layout recorded and not contradicted", result["overall_layout_recorded"])]
     for name, block in blocks:
         head = [name, str(block["runs"]), str(block["simulated"]), str(block["refused"])]
         if not block["metrics"]:

@@ -37,7 +37,12 @@ from simulator.calibration.params import (
 from simulator.calibration.stages import Stage
 from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
-from simulator.measured.scenario import WORKERS_GUESSED, Mapped, Unsupported
+from simulator.measured.scenario import (
+    LAYOUT_CONTRADICTED,
+    WORKERS_GUESSED,
+    Mapped,
+    Unsupported,
+)
 from simulator.progress import Progress
 
 # The bounds around the shipped host-cost values the fit moves (host_costs.HOST_KEYS).
@@ -253,6 +258,7 @@ def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
 
 FIT_KINDS = ("host", "gpu")
 GUESSED = "P/D worker counts not recorded"
+CONTRADICTED = "layout contradicted by another row"
 
 
 def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
@@ -266,9 +272,12 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
     refused: Counter[str] = Counter()
     example: dict[str, str] = {}
     for m in mapped:
-        if WORKERS_GUESSED in m.defaults:  # its per-worker load is a guess: it cannot inform
-            refused[GUESSED] += 1           # a fit (validate scores it apart the same way)
-            example.setdefault(GUESSED, WORKERS_GUESSED)
+        doubt = next((d for d in (WORKERS_GUESSED, LAYOUT_CONTRADICTED) if d in m.defaults),
+                     None)
+        if doubt is not None:  # its per-GPU load is a guess: it cannot inform a fit
+            reason = GUESSED if doubt == WORKERS_GUESSED else CONTRADICTED
+            refused[reason] += 1  # (validate scores it apart the same way)
+            example.setdefault(reason, doubt)
             if progress is not None:
                 progress.step()
             continue

@@ -19,7 +19,7 @@ from typing import Any
 
 from simulator.hardware.profile import Hardware
 from simulator.measured.ordering import NEAR_TIE, Point, pair_ordering
-from simulator.measured.scenario import DEFAULT_TOKEN_BUDGET, WORKERS_GUESSED, Mapped, map_run
+from simulator.measured.scenario import DEFAULT_TOKEN_BUDGET, Mapped, layout_in_doubt, map_run
 from simulator.measured.scoring import error_stats
 from simulator.serving.engine_build import Engine
 from simulator.validation.ablation import Cause, variant_loaded
@@ -106,12 +106,13 @@ def _stats(errors: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 def measured_ablation(path: Path) -> dict[str, Any]:
     """Per group with every cause on, and overall per cause switched off, over the runs of
-    `path` whose layout the file records (P/D runs without worker counts left out)."""
+    `path` whose layout the file records and does not contradict (scenario.py
+    layout_in_doubt)."""
     from simulator.measured.detect import read_measurements
 
     mapped = [map_run(r, None) for r in read_measurements([path])]
     usable = [m for m in mapped if m.refused is None and m.scenario is not None
-              and WORKERS_GUESSED not in m.defaults]
+              and not layout_in_doubt(m.defaults)]
     variants: list[Cause | None] = [None, *CAUSES]
     per: dict[str | None, list[tuple[Mapped, dict[str, float]]]] = {}
     for cause in variants:
@@ -162,7 +163,9 @@ def measured_markdown(result: dict[str, Any] | None, source: str) -> list[str]:
     lines = [
         *head,
         f"`{source}` ({result['runs']} runs; {result['usable']} of shipped models and GPUs "
-        "with their layout recorded, P/D runs without worker counts left out), scored with the "
+        "with their layout recorded and not contradicted by another row: P/D runs without "
+        "worker counts and measurements listed twice under different layouts left out), "
+        "scored with the "
         "closed-form estimate (the calibration's inner loop; accuracy.yaml holds the "
         "simulation's figures on a sample). Cells: median / p90 |error| (median signed).",
         "",

@@ -30,6 +30,16 @@ ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # A P/D row without worker counts: its load per worker, so its TTFT and TPOT, is unknown; the
 # run is simulated on one worker per pool and scored apart from the headline (scoring.py).
 WORKERS_GUESSED = "disagg num_workers not recorded: 1 prefill and 1 decode worker"
+# A run the file lists again, with the same measured figures, under another layout
+# (silicon.py): which layout ran is in doubt, so it is scored apart like the above.
+LAYOUT_CONTRADICTED = "the file lists this measurement again under another layout"
+LAYOUT_IN_DOUBT = (WORKERS_GUESSED, LAYOUT_CONTRADICTED)
+
+
+def layout_in_doubt(defaults: Sequence[str]) -> bool:
+    """Whether a mapped run's declared defaults leave its layout (so its load per GPU) in
+    doubt: the headline figures leave such runs out and the calibration does not fit them."""
+    return any(d in defaults for d in LAYOUT_IN_DOUBT)
 # max_num_batched_tokens where a file does not record it: the scenario schema's own default.
 DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].default
 # The token budgets the calibration file's benchmark deploys with, where the file does not record
@@ -97,6 +107,8 @@ def map_run(
     """The run's scenario (overrides applied last) or its refusal; InputError for a user
     error (an unknown name, no base scenario for a file that needs one)."""
     defaults: list[str] = []
+    if any(n.startswith(LAYOUT_CONTRADICTED) for n in run.notes):
+        _declare(defaults, LAYOUT_CONTRADICTED)
     try:
         if run.pools:
             scenario = _silicon_scenario(run, defaults)

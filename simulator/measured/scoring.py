@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.measured.ordering import pair_ordering, points_of
 from simulator.measured.predict import score
-from simulator.measured.scenario import WORKERS_GUESSED, Mapped
+from simulator.measured.scenario import Mapped, layout_in_doubt
 from simulator.progress import Progress
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault(f"{r['gpu']} {r['engine']} {r['mode']}", []).append(r)
-    recorded = [r for r in records if WORKERS_GUESSED not in r["defaults"]]
+    recorded = [r for r in records if not layout_in_doubt(r["defaults"])]
     return {
         "groups": {g: _block(rs) for g, rs in sorted(groups.items())},
         "overall": _block(records),

@@ -14,6 +14,7 @@ input and `osl` output tokens, 20 x concurrency measured requests after a warm-u
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 from simulator.errors import InputError
@@ -31,6 +32,11 @@ REQUIRED = (
     "attention_dp_size", "moe_tp_size", "moe_ep_size", "ttft_ms", "tpot_ms",
 )
 POOL_FIELDS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
+# A run's note when the file lists the same measurement under another layout (the text
+# scenario.py's LAYOUT_CONTRADICTED matches).
+CONTRADICTED_NOTE = "the file lists this measurement again under another layout"
 
 
 def looks_like_silicon(header: list[str]) -> bool:
@@ -63,7 +69,31 @@ def read_silicon(path: Path) -> list[MeasuredRun]:
         raise InputError(f"{path}: not a readable CSV ({exc})") from None
     if not runs:
         raise InputError(f"{path}: no data rows")
-    return runs
+    return _mark_contradictions(runs)
+
+
+def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """Runs whose exact measurement (the same TTFT and TPOT to every digit, same engine,
+    GPU, lengths and load) the file lists again under a different layout: one measured run
+    rendered two ways (the file also names some of these DeepSeek-R1 in one rendering and
+    DeepSeek-V3 in the other, the same architecture), so the file leaves its layout in doubt. Each
+    such run notes the rows that contradict it (scenario.py declares it; reports score it
+    apart, as they do P/D rows without worker counts)."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, r in enumerate(runs):
+        key = (r.engine, r.gpu, r.mode, r.load.input_tokens, r.load.output_tokens,
+               r.load.concurrency, tuple(sorted(r.measured.items())))
+        groups.setdefault(key, []).append(i)
+    out = list(runs)
+    for members in groups.values():
+        if len({runs[i].pools for i in members}) < 2:
+            continue
+        for i in members:
+            others = [runs[j] for j in members if runs[j].pools != runs[i].pools]
+            rows = ", ".join(str(o.row) for o in others[:3])
+            out[i] = replace(runs[i], notes=(*runs[i].notes,
+                                            f"{CONTRADICTED_NOTE} (rows {rows})"))
+    return out
 
 
 def _row(path: Path, i: int, r: dict[str, str]) -> MeasuredRun:
