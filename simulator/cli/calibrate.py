@@ -209,6 +209,7 @@ def _report(read: int, used: int, problem: RunProblem, result: FitResult,
         lines += ["", f"held-out errors, {cv.k}-fold cross-validation grouped by configuration "
                   f"(seed {seed}): before = shipped values, after = fitted on the other folds",
                   table(header, rows)]
+        lines += _ordering_lines(problem, cv)
     else:
         before = np.expm1(result.log_error_before)
         after = np.expm1(result.log_error_after)
@@ -230,6 +231,23 @@ def _report(read: int, used: int, problem: RunProblem, result: FitResult,
         lines += ["", table(["not identified (left at prior)", "prior", "why"],
                             [[p.name, f"{p.prior:.4g}", p.reason or "?"] for p in missing])]
     return lines
+
+
+def _ordering_lines(problem: RunProblem, cv: CrossValidation) -> list[str]:
+    """Config pairs ordered as measured (measured/ordering.py), before and after, held out."""
+    from simulator.measured.calibrate_runs import ordering_points
+    from simulator.measured.ordering import pair_ordering
+
+    before = pair_ordering(ordering_points(problem, cv.before))
+    after = pair_ordering(ordering_points(problem, cv.after))
+    rows = [[metric, str(b["groups"]), str(b["pairs"]), f"{b['ordered']:.1%}",
+             f"{after[metric]['ordered']:.1%}", str(b["groups_at_target"]),
+             str(after[metric]["groups_at_target"])]
+            for metric, b in before.items() if b["pairs"]]
+    if not rows:
+        return []
+    return ["", table(["config pairs ordered as measured (held out)", "groups", "pairs",
+                       "before", "after", "groups at 90 % before", "after"], rows)]
 
 
 def _error_row(name: str, metric: str, b: ErrorStats, a: ErrorStats) -> list[str]:

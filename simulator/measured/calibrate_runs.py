@@ -158,6 +158,25 @@ class _Predictions:
             self.pool = None
 
 
+def ordering_points(problem: RunProblem, predicted: Any) -> list[Any]:
+    """(group, measured, predicted) per run for measured/ordering.py, from one prediction per
+    observation (`predicted`, seconds, as the cross-validation's before/after columns)."""
+    from simulator.measured.ordering import Point
+
+    names = dict(METRICS)
+    out: dict[int, Point] = {}
+    for i, (r, metric) in enumerate(zip(problem.obs_run, problem.obs_metric, strict=True)):
+        m = problem.used[int(r)]
+        load = m.run.load
+        if int(r) not in out:
+            group = (str(m.run.model), *m.group, f"{load.input_tokens:g}x{load.output_tokens:g}")
+            out[int(r)] = (group, {}, {})
+        _, measured, pred = out[int(r)]
+        measured[names[metric]] = float(problem.observations.measured[i])
+        pred[names[metric]] = float(predicted[i])
+    return list(out.values())
+
+
 def config_key(m: Mapped) -> str:
     """The configuration a run belongs to: everything but its concurrency and lengths
     (engine, version, model, GPU, formats, mode, layout; for files without a layout, the
