@@ -140,6 +140,12 @@ def test_token_budgets_are_the_benchmark_generators(tmp_path: Path) -> None:
     assert budgets[2]["decode"]["scheduler"]["max_num_batched_tokens"] == 32
     assert any("benchmark generator's trtllm budget" in d
                for d in map_run(runs[1], None).defaults)
+    # TensorRT-LLM as the generator writes it: whole contexts, 32-token blocks, 0.8 of free
+    # memory for the KV cache; vLLM keeps the schema's defaults.
+    assert (budgets[1]["scheduler"]["chunked_prefill"], budgets[1]["scheduler"]["block_size"],
+            budgets[1]["gpu_memory_utilization"]) == (False, 32, 0.8)
+    assert "chunked_prefill" not in budgets[0]["scheduler"]
+    assert "gpu_memory_utilization" not in budgets[0]
 
 
 def test_gpt_oss_nvfp4_is_mxfp4_and_empty_precision_is_bf16(tmp_path: Path) -> None:

@@ -33,6 +33,16 @@ def test_budget_switch_restores_the_old_mapping(tmp_path: Path) -> None:
         8192, 8192]
 
 
+def test_trtllm_switch_restores_the_schema_defaults(tmp_path: Path) -> None:
+    trt = {**DENSE, "id": "trt", "backend": "trtllm", "backend_version": "1.2.0",
+           "ttft_ms": "41"}
+    vllm, trt_s = _scenarios(tmp_path, [DENSE, trt])
+    off = SWITCH["b5"].scenario(trt_s)["deployment"]
+    assert "gpu_memory_utilization" not in off
+    assert {"chunked_prefill", "block_size"}.isdisjoint(off["scheduler"])
+    assert SWITCH["b5"].scenario(vllm) == vllm  # other engines untouched
+
+
 def test_kv_switch_and_token_tile_switch(tmp_path: Path) -> None:
     [nvfp4] = _scenarios(tmp_path, [AGG_DP8])
     assert nvfp4["deployment"]["precision"]["kv_cache"] == "fp8"
@@ -75,12 +85,12 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert (result["runs"], result["usable"], result["overall"]["runs"]) == (3, 3, 3)
     assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
                                      "b200 vllm aggregated"}
-    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4"]
+    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5"]
     # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
     on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
     assert on != tile_off
     lines = measured_markdown(result, "r.csv")
     assert lines[0] == "## Measured runs of real engines, cause by cause"
-    assert sum(ln.startswith("| b") for ln in lines) == 4 + 2  # 4 causes, 2 b200 groups
+    assert sum(ln.startswith("| b") for ln in lines) == 5 + 2  # 5 causes, 2 b200 groups
     missing = measured_markdown(None, "nowhere.csv")
     assert any("`nowhere.csv` was not found" in ln for ln in missing)

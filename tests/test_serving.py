@@ -184,9 +184,13 @@ class Recorder:
         assert decoders == sched.num_decoding
         if decoding_step:
             assert planned.batch.decode_seqs == decoders
-        if not cfg.chunked_prefill:
-            # vLLM v0 without chunked prefill: steps are prefill-only or decode-only
+        if cfg.separate_prefill:
+            # vLLM without chunked prefill (V0 semantics): steps are prefill-only or
+            # decode-only; TensorRT-LLM still batches whole contexts with its generations
             assert planned.batch.prefill_tokens == 0 or planned.batch.decode_seqs == 0
+        elif not cfg.chunked_prefill:
+            assert cfg.mix_whole_prompts  # whole prompts only: no chunk is ever cut
+            assert all(chunk == r.target - r.computed for r, chunk in planned.chunks)
 
     def assert_drained(self) -> None:
         for rep in self.replicas.values():
@@ -301,6 +305,25 @@ def test_timeline_chunked_prefill_three_chunks() -> None:
     ts = res.timeseries
     assert ts[:, 4].tolist() == [4096, 4096, 1808, 0]  # prefill_tokens per step
     assert ts[:, 3].tolist() == [0, 0, 0, 1]  # decode_seqs per step
+
+
+@pytest.mark.parametrize(("engine", "mixes"), [("vllm", False), ("trtllm", True)])
+def test_whole_prompts_ride_with_decodes_only_where_the_engine_mixes_them(
+        tmp_path: Path, engine: str, mixes: bool) -> None:
+    """Chunked prefill off. vLLM (V0 semantics): b's 2,000-token prompt runs in a step of its
+    own while a decodes. TensorRT-LLM's in-flight batching still batches b's whole context
+    with a's generation (enable_chunked_prefill only decides whether a context may be split):
+    some step carries both, and no step carries part of a prompt."""
+    sc = make(
+        deployment={"engine": engine, "scheduler": {"chunked_prefill": False}},
+        **trace_workload(tmp_path, [(0.0, 100, 400), (1.0, 2000, 3)]),
+    )
+    res = simulator.simulate(sc, timeseries=True)
+    assert res.timeseries is not None
+    ts = res.timeseries
+    both = [row for row in ts if row[4] > 0 and row[3] > 0]  # prefill tokens and decodes
+    assert bool(both) is mixes
+    assert all(row[4] in (100, 2000) for row in ts if row[4] > 0)  # whole prompts only
 
 
 def test_timeline_no_chunked_prefill_stalls_decodes(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def make_unit(
         cfg.max_num_seqs,
         cfg.max_num_batched_tokens,
         cfg.num_blocks * cfg.block_size,
-        cfg.mix_prefill_decode and cfg.chunked_prefill,
+        not cfg.separate_prefill,
         cfg.chunked_prefill,
         tokens_per_step,
         verify_tokens,

@@ -94,7 +94,8 @@ class Scheduler(_Strict):
     # batched-tokens).
     max_num_batched_tokens: PosInt = 8192
     # Split long prompts across steps within the token budget and mix them with decodes; false: a
-    # prompt is prefilled whole, in a step of its own.
+    # prompt is prefilled whole, in a step of its own, except on an engine that batches whole
+    # prompts with its decodes (TensorRT-LLM's in-flight batching).
     chunked_prefill: bool = True
     # Order of the waiting queue: first come first served, or by `workload.priorities` (lower
     # first).

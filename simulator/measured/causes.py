@@ -46,6 +46,18 @@ def _old_budgets(s: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def _trtllm_defaults(s: dict[str, Any]) -> dict[str, Any]:
+    """TensorRT-LLM pools back on the schema's defaults: chunked prefill, 16-token blocks,
+    0.9 of memory (scenario.py TRTLLM_FREE_MEMORY_FRACTION)."""
+    s = copy.deepcopy(s)
+    for pool in _pools(s):
+        if pool.get("engine") == "trtllm":
+            pool.pop("gpu_memory_utilization", None)
+            pool["scheduler"].pop("chunked_prefill", None)
+            pool["scheduler"].pop("block_size", None)
+    return s
+
+
 def _bf16_kv(s: dict[str, Any]) -> dict[str, Any]:
     s = copy.deepcopy(s)
     for pool in _pools(s):
@@ -82,6 +94,8 @@ CAUSES: tuple[Cause, ...] = (
                   hardware=_no_token_tile),
     Cause("b4", "MiniMax-M2's q/k norm over all heads (TP all-reduce)",
           "q/k normalised per head, no all-reduce", engine=_per_head_qk_norm),
+    Cause("b5", "TensorRT-LLM's generated engine arguments",
+          "chunked prefill on, 16-token blocks, 0.9 of memory", scenario=_trtllm_defaults),
 )
 
 

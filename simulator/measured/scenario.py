@@ -49,8 +49,12 @@ DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].def
 # budgets (max_num_tokens) of batch + ISL + 1500 aggregated, ISL + 1500 on prefill workers and
 # the batch on decode workers (TensorRT-LLM's rounded up to its 32-token blocks); SGLang's
 # --max-prefill-tokens ISL + 1500 on every worker.
+# The generator's TensorRT-LLM engine arguments (backend_templates/trtllm/extra_engine_args.*):
+# enable_chunked_prefill false, tokens_per_block 32 (trtllm.rule), and
+# kv_cache_config.free_gpu_memory_fraction 0.80 (TensorRT-LLM's own default is 0.9).
 BENCH_BUDGET_MARGIN = 1500
 TRTLLM_TOKENS_PER_BLOCK = 32
+TRTLLM_FREE_MEMORY_FRACTION = 0.8
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
 # NVFP4 rows run NVIDIA's ModelOpt NVFP4 checkpoints, whose hf_quant_config.json declares
 # "kv_cache_quant_algo": "FP8"; the engines' `auto` KV dtype follows a checkpoint's KV directive
@@ -231,7 +235,10 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
         seqs = max(1, math.ceil(conc / (workers * dp)))
         _declare(defaults, "batch size not recorded: max_num_seqs = concurrency per "
                            "attention-DP rank")
+    memory = ({"gpu_memory_utilization": TRTLLM_FREE_MEMORY_FRACTION} if engine == "trtllm"
+              else {})
     return {
+        **memory,
         "replicas": workers,
         "tensor_parallel": p.tensor_parallel,
         "pipeline_parallel": p.pipeline_parallel,
@@ -256,11 +263,17 @@ def _bench_budget(engine: str, role: str, seqs: int, isl: int,
                 "max_prefill_tokens": isl + BENCH_BUDGET_MARGIN}
     budget = {"": seqs + isl + BENCH_BUDGET_MARGIN, "prefill": isl + BENCH_BUDGET_MARGIN,
               "decode": seqs}[role]
-    if engine == "trtllm":
-        budget = -(-budget // TRTLLM_TOKENS_PER_BLOCK) * TRTLLM_TOKENS_PER_BLOCK
     _declare(defaults, f"max_num_batched_tokens: the benchmark generator's {engine} budget "
                        f"(aggregated batch + ISL + {BENCH_BUDGET_MARGIN}, prefill ISL + "
                        f"{BENCH_BUDGET_MARGIN}, decode the batch; not recorded)")
+    if engine == "trtllm":
+        budget = -(-budget // TRTLLM_TOKENS_PER_BLOCK) * TRTLLM_TOKENS_PER_BLOCK
+        _declare(defaults, "TensorRT-LLM as the benchmark generator writes it: chunked "
+                           f"prefill off, {TRTLLM_TOKENS_PER_BLOCK}-token KV blocks, "
+                           f"{TRTLLM_FREE_MEMORY_FRACTION} of free memory for the KV cache "
+                           "(not recorded)")
+        return {"max_num_batched_tokens": max(budget, seqs), "chunked_prefill": False,
+                "block_size": TRTLLM_TOKENS_PER_BLOCK}
     return {"max_num_batched_tokens": max(budget, seqs)}
 
 

@@ -59,7 +59,7 @@ class DecodeRuns:
         if len(self.running) >= cfg.max_num_seqs:
             return True
         r = self.waiting.peek()
-        if not (cfg.chunked_prefill and cfg.mix_prefill_decode) and self._can_admit_prefill():
+        if cfg.separate_prefill and self._can_admit_prefill():
             return False  # a prefill-only step comes next
         budget = cfg.max_num_batched_tokens - self.num_decoding
         if budget <= 0:

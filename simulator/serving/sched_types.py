@@ -24,7 +24,8 @@ class SchedulerConfig:
     reserve_full: bool = False  # admit only with blocks for prompt + every output reserved
     # False: a step carries prefill chunks or decodes, never both; prefill goes first whenever
     # a chunk can run (SGLang's default, no --enable-mixed-chunk). True: chunks ride along with
-    # the decode batch (vLLM, TensorRT-LLM). Without chunked prefill steps never mix.
+    # the decode batch (vLLM, TensorRT-LLM). Without chunked prefill steps mix only where
+    # `mix_whole_prompts` (TensorRT-LLM: whole contexts beside the generations).
     mix_prefill_decode: bool = True
     speculative: SpecDecoding | None = None  # draft-and-verify decoding (serving/speculative)
     # The engine takes new requests into its scheduler only every this many steps (SGLang's
@@ -35,6 +36,14 @@ class SchedulerConfig:
     # taken only if its whole remaining prompt fits under the cap (the first request of a step
     # always enters, cut by the step budget). None: no cap beyond max_num_batched_tokens.
     max_prefill_tokens: int | None = None
+    # With chunked prefill off, whole prompts still ride beside the decode batch (the style's
+    # mixes_whole_prompts: TensorRT-LLM's in-flight batching); else they run alone (vLLM V0).
+    mix_whole_prompts: bool = False
+
+    @property
+    def separate_prefill(self) -> bool:
+        """Whether prefill work runs in steps of its own, the decodes waiting."""
+        return not (self.mix_prefill_decode and (self.chunked_prefill or self.mix_whole_prompts))
 
 
 @dataclass(slots=True)

@@ -92,7 +92,7 @@ class Scheduler(Admission, DecodeRuns):
         budget = cfg.max_num_batched_tokens
         preempted = False
         # Decodes first: each needs one token and, on a block boundary, one more block.
-        separate = not (cfg.chunked_prefill and cfg.mix_prefill_decode)
+        separate = cfg.separate_prefill
         decodes = not (separate and (bool(self.prefilling) or self._can_admit_prefill()))
         if decodes:
             decode_seqs, preempted = self._reserve_decodes(now_s)
