@@ -134,7 +134,7 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
         # q and k each normalised over all heads: one FP32 sum of squares per token and
         # tensor all-reduced across the TP group on every layer, before attention can run
         # (vLLM MiniMaxText01RMSNormTP for MiniMax-M2's q_norm and k_norm): latency-bound.
-        nbytes = (ma if dp > 1 else tokens) * FP32_BYTES
+        nbytes = ma * FP32_BYTES  # this rank's tokens (all of them without attention DP)
         ops.append(k.comm("qk_norm_allreduce", 2 * L * allreduce_time_s(nbytes, tp, k.hw),
                           2 * L * nbytes))
     ops.extend(ffn_ops(k, tokens))

@@ -8,7 +8,7 @@ Both sum the same operator functions (`operators`), so they cannot drift apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -26,6 +26,7 @@ from simulator.cost.operators import (
 )
 from simulator.cost.ops import OpCost
 from simulator.cost.shape import BatchShape, StepCost
+from simulator.model.architecture import Architecture
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -58,6 +59,12 @@ class StepModel(Kernels):
     @cached_property
     def _attn_fixed(self) -> tuple[float, float]:
         return attention_fixed_s(self)
+
+    def with_arch(self, arch: Architecture) -> StepModel:
+        """This chip and layout costing `arch` instead (fresh memo caches: they hold `arch`'s
+        step times)."""
+        return replace(self, arch=arch, _token_cache={}, _head_cache={}, _rank_cache={},
+                       _group_cache={})
 
     def token_ops(self, tokens: int) -> list[OpCost]:
         """Projections, MLP/MoE, norms and collectives of `tokens` tokens through all layers."""

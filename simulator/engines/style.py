@@ -45,7 +45,7 @@ class _StyleFile(BaseModel):
     # With chunked prefill off, whether a step still carries whole prompts beside the decode
     # batch (TensorRT-LLM's in-flight batching of context and generation requests) instead of
     # running prompts in steps of their own (vLLM V0).
-    mixes_whole_prompts: bool = False
+    mix_whole_prompts: bool = False
     # The scheduler plans step j+1 while step j runs (a one-step lookahead), so a request that
     # arrives during step j first runs in step j+2 (serving/intake.py).
     schedules_ahead: bool = False
@@ -183,7 +183,7 @@ class EngineStyle:
     dispatch_floor_s: float = 0.0
     version: str | None = None  # the release whose defaults these are; None: the newest
     eager_dispatch_s_per_layer: float | None = None  # without CUDA graphs; None: unknown
-    mixes_whole_prompts: bool = False  # with chunked prefill off (see _StyleFile)
+    mix_whole_prompts: bool = False  # with chunked prefill off (see _StyleFile)
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -298,5 +298,5 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
         (f.dispatch_us_per_layer or 0.0) * 1e-6,
         eager_dispatch_s_per_layer=(None if f.eager_dispatch_us_per_layer is None
                                     else f.eager_dispatch_us_per_layer * 1e-6),
-        mixes_whole_prompts=f.mixes_whole_prompts,
+        mix_whole_prompts=f.mix_whole_prompts,
     )

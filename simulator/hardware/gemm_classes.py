@@ -112,9 +112,9 @@ class GroupedSpec(StrictSpec):
 
     @model_validator(mode="after")
     def _curve(self) -> GroupedSpec:
-        if self.token_tile_m is not None:
-            lo, hi = [*self.token_tile_m, 0, 0][:2]
-            if len(self.token_tile_m) != 2 or lo > hi or lo & (lo - 1) or hi & (hi - 1):
+        tile = self.token_tile_m
+        if tile is not None:
+            if len(tile) != 2 or tile[0] > tile[1] or any(t & (t - 1) for t in tile):
                 raise ValueError("token_tile_m must be [smallest, largest], powers of two, "
                                  "smallest <= largest")
             if not self.token_tile_weights:

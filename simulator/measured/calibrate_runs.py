@@ -37,12 +37,8 @@ from simulator.calibration.params import (
 from simulator.calibration.stages import Stage
 from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
-from simulator.measured.scenario import (
-    LAYOUT_CONTRADICTED,
-    WORKERS_GUESSED,
-    Mapped,
-    Unsupported,
-)
+from simulator.measured.run import LAYOUT_CONTRADICTED
+from simulator.measured.scenario import WORKERS_GUESSED, Mapped, Unsupported
 from simulator.progress import Progress
 
 # The bounds around the shipped host-cost values the fit moves (host_costs.HOST_KEYS).
@@ -161,16 +157,14 @@ class _Predictions:
 def ordering_points(problem: RunProblem, predicted: Any) -> list[Any]:
     """(group, measured, predicted) per run for measured/ordering.py, from one prediction per
     observation (`predicted`, seconds, as the cross-validation's before/after columns)."""
-    from simulator.measured.ordering import Point
+    from simulator.measured.ordering import Point, order_group
 
     names = dict(METRICS)
     out: dict[int, Point] = {}
     for i, (r, metric) in enumerate(zip(problem.obs_run, problem.obs_metric, strict=True)):
         m = problem.used[int(r)]
-        load = m.run.load
         if int(r) not in out:
-            group = (str(m.run.model), *m.group, f"{load.input_tokens:g}x{load.output_tokens:g}")
-            out[int(r)] = (group, {}, {})
+            out[int(r)] = (order_group(m.run, m.group), {}, {})
         _, measured, pred = out[int(r)]
         measured[names[metric]] = float(problem.observations.measured[i])
         pred[names[metric]] = float(predicted[i])
@@ -277,7 +271,9 @@ def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
 
 FIT_KINDS = ("host", "gpu")
 GUESSED = "P/D worker counts not recorded"
-CONTRADICTED = "layout contradicted by another row"
+# A run whose layout is in doubt (scenario.LAYOUT_IN_DOUBT) is counted under this reason.
+IN_DOUBT = {WORKERS_GUESSED: GUESSED,
+            LAYOUT_CONTRADICTED: "layout contradicted by another row"}
 
 
 def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
@@ -291,12 +287,10 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
     refused: Counter[str] = Counter()
     example: dict[str, str] = {}
     for m in mapped:
-        doubt = next((d for d in (WORKERS_GUESSED, LAYOUT_CONTRADICTED) if d in m.defaults),
-                     None)
+        doubt = next((d for d in IN_DOUBT if d in m.defaults), None)
         if doubt is not None:  # its per-GPU load is a guess: it cannot inform a fit
-            reason = GUESSED if doubt == WORKERS_GUESSED else CONTRADICTED
-            refused[reason] += 1  # (validate scores it apart the same way)
-            example.setdefault(reason, doubt)
+            refused[IN_DOUBT[doubt]] += 1  # (validate scores it apart the same way)
+            example.setdefault(IN_DOUBT[doubt], doubt)
             if progress is not None:
                 progress.step()
             continue

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.hardware.profile import Hardware
-from simulator.measured.ordering import NEAR_TIE, Point, pair_ordering
+from simulator.measured.ordering import NEAR_TIE, Point, order_group, pair_ordering
+from simulator.measured.predict import estimate_figures, signed_errors
 from simulator.measured.scenario import DEFAULT_TOKEN_BUDGET, Mapped, layout_in_doubt, map_run
 from simulator.measured.scoring import error_stats
 from simulator.serving.engine_build import Engine
@@ -69,10 +70,8 @@ def _per_head_qk_norm(e: Engine) -> Engine:
     """The engine's model (and its prefill pool's, when disaggregated) with q/k norms per
     head: no TP all-reduce of their sums."""
     arch = replace(e.arch, qk_norm_across_heads=False)
-    model = replace(e.step_model, arch=arch, _token_cache={}, _head_cache={}, _rank_cache={},
-                    _group_cache={})
     pool = None if e.prefill_pool is None else _per_head_qk_norm(e.prefill_pool)
-    return replace(e, arch=arch, step_model=model, prefill_pool=pool)
+    return replace(e, arch=arch, step_model=e.step_model.with_arch(arch), prefill_pool=pool)
 
 
 def _no_token_tile(hw: Hardware) -> Hardware:
@@ -82,16 +81,15 @@ def _no_token_tile(hw: Hardware) -> Hardware:
     return replace(hw, gemm_classes=replace(classes, grouped_token_tile_weights=frozenset()))
 
 
-# The published rows' Cause (validation/ablation.py): a scenario and a hardware switch here.
+# The published rows' Cause (validation/ablation.py): scenario, hardware and engine switches.
 CAUSES: tuple[Cause, ...] = (
     Cause("b1", "the benchmark generator's token budgets",
-                  "every pool at max(8192, batch) tokens per step, no prefill cap",
-                  scenario=_old_budgets),
+          "every pool at max(8192, batch) tokens per step, no prefill cap",
+          scenario=_old_budgets),
     Cause("b2", "NVFP4 checkpoints' FP8 KV cache", "NVFP4 rows keep a BF16 KV cache",
-                  scenario=_bf16_kv),
+          scenario=_bf16_kv),
     Cause("b3", "MXFP4 MoE kernels' token tile (Blackwell)",
-                  "MXFP4 experts pad to the chip's 64-row tile",
-                  hardware=_no_token_tile),
+          "MXFP4 experts pad to the chip's 64-row tile", hardware=_no_token_tile),
     Cause("b4", "MiniMax-M2's q/k norm over all heads (TP all-reduce)",
           "q/k normalised per head, no all-reduce", engine=_per_head_qk_norm),
     Cause("b5", "TensorRT-LLM's generated engine arguments",
@@ -99,18 +97,15 @@ CAUSES: tuple[Cause, ...] = (
 )
 
 
-def _errors(m: Mapped, cause: Cause | None) -> dict[str, float] | None:
-    """The run's signed errors under the estimate with `cause` off (None: all on), or None
-    where it is refused."""
+def _predicted(m: Mapped, cause: Cause | None) -> dict[str, float] | None:
+    """The run's estimate with `cause` off (None: all on), or None where it is refused."""
     import simulator
 
     assert m.scenario is not None
     try:
-        est = simulator.estimate(variant_loaded(m.scenario, cause))
+        return estimate_figures(simulator.estimate(variant_loaded(m.scenario, cause)))
     except (ValueError, RuntimeError):  # memory, layout or model refusals: not scored
         return None
-    predicted = {"ttft.mean": est.ttft_mean_s * 1e3, "tpot.mean": est.tpot_p50_s * 1e3}
-    return {k: predicted[k] / v - 1.0 for k, v in m.run.measured.items() if k in predicted}
 
 
 def _stats(errors: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -127,24 +122,21 @@ def measured_ablation(path: Path) -> dict[str, Any]:
     mapped = [map_run(r, None) for r in read_measurements([path])]
     usable = [m for m in mapped if m.refused is None and m.scenario is not None
               and not layout_in_doubt(m.defaults)]
-    variants: list[Cause | None] = [None, *CAUSES]
     per: dict[str | None, list[tuple[Mapped, dict[str, float]]]] = {}
-    for cause in variants:
+    points: list[Point] = []
+    for cause in (None, *CAUSES):
         rows = []
         for m in usable:
-            got = _errors(m, cause)
-            if got is not None:
-                rows.append((m, got))
+            got = _predicted(m, cause)
+            if got is None:
+                continue
+            rows.append((m, signed_errors(m.run.measured, got)))
+            if cause is None:
+                points.append((order_group(m.run, m.group), dict(m.run.measured), got))
         per[None if cause is None else cause.key] = rows
     groups: dict[str, list[dict[str, float]]] = {}
     for m, e in per[None]:
         groups.setdefault(" ".join(m.group), []).append(e)
-    points: list[Point] = []
-    for m, e in per[None]:
-        load = m.run.load
-        key = (str(m.run.model), *m.group, f"{load.input_tokens:g}x{load.output_tokens:g}")
-        measured = dict(m.run.measured)
-        points.append((key, measured, {k: measured[k] * (1.0 + v) for k, v in e.items()}))
     return {
         "file": path.name,
         "runs": len(mapped),

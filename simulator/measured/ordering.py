@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from itertools import combinations
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.measured.run import MeasuredRun
 
 METRICS = ("ttft.mean", "tpot.mean")
 NEAR_TIE = 0.05  # measured values this close (relative) order by noise as much as by cause
@@ -21,13 +24,24 @@ TARGET = 0.9  # issue 30: at least 90 % of a group's config pairs ordered as mea
 Point = tuple[tuple[str, ...], dict[str, float], dict[str, float]]  # group, measured, predicted
 
 
+def lengths_label(run: MeasuredRun) -> str:
+    """The run's prompt and output lengths, e.g. '1024x8192'."""
+    return f"{run.load.input_tokens:g}x{run.load.output_tokens:g}"
+
+
+def order_group(run: MeasuredRun, group: tuple[str, str, str]) -> tuple[str, ...]:
+    """The group a run's configuration is ranked within: model, (GPU, engine, mode), lengths."""
+    return (str(run.model), *group, lengths_label(run))
+
+
 def points_of(records: Iterable[dict[str, Any]]) -> list[Point]:
-    """(group, measured, predicted) of each scored record (measured/predict.py `score`)."""
+    """(group, measured, predicted) of each scored record (measured/predict.py `score`, whose
+    `lengths` is lengths_label's)."""
     out: list[Point] = []
     for r in records:
         if r["status"] != "scored":
             continue
-        group = (r["model"], r["gpu"], r["engine"], r["mode"], str(r.get("lengths")))
+        group = (str(r["model"]), r["gpu"], r["engine"], r["mode"], r["lengths"])
         out.append((group, r["measured"], r["predicted"]))
     return out
 

@@ -11,10 +11,12 @@ has no warm-up to drop.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from simulator.measured.ordering import lengths_label
 from simulator.measured.scenario import Mapped, Unsupported
 from simulator.measured.steady import closed_loop, round_means_ms, steady_means_ms
 
@@ -39,7 +41,7 @@ def score(item: tuple[Mapped, str, tuple[Any, ...], bool]) -> dict[str, Any]:
         "id": run.run_id, "source": run.source, "row": run.row, "format": run.format,
         "gpu": mapped.group[0], "engine": mapped.group[1], "mode": mapped.group[2],
         "engine_version": run.engine_version, "model": run.model,
-        "lengths": f"{run.load.input_tokens:g}x{run.load.output_tokens:g}",
+        "lengths": lengths_label(run),
         "defaults": list(mapped.defaults), "measured": dict(run.measured),
     }
     start = time.perf_counter()
@@ -56,7 +58,7 @@ def score(item: tuple[Mapped, str, tuple[Any, ...], bool]) -> dict[str, Any]:
     except RuntimeError as exc:  # the engine gave up (e.g. stalled): listed, never dropped
         return {**out, "status": "refused", "reason": "simulation failed",
                 "detail": str(exc).splitlines()[0]}
-    errors = {k: predicted[k] / v - 1.0 for k, v in run.measured.items() if k in predicted}
+    errors = signed_errors(run.measured, predicted)
     return {**out, "status": "scored", "predicted": predicted, "errors": errors,
             "notes": notes, "seconds": time.perf_counter() - start}
 
@@ -71,15 +73,8 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
     profiles = profiles_of(gpu_values) if gpu_values else None
     if method == "estimate":
         est = simulator.estimate(loaded, profiles=profiles)
-        ms = 1e3
         notes = [] if est.stable else [f"estimate: load above capacity ({est.limit})"]
-        return {
-            "ttft.mean": est.ttft_mean_s * ms, "ttft.p99": est.ttft_p99_s * ms,
-            # The fluid estimate gives TPOT's median; with every request alike it is the mean.
-            "tpot.mean": est.tpot_p50_s * ms, "tpot.p50": est.tpot_p50_s * ms,
-            "tpot.p99": est.tpot_p99_s * ms,
-            "output_tokens_per_s": est.output_tokens_per_s, "requests_per_s": est.rate_per_s,
-        }, notes
+        return estimate_figures(est), notes
     loop = closed_loop(mapped.scenario, mapped.run.load.warmup_requests,
                        set(mapped.run.measured)) if steady else None
     if loop is not None:
@@ -102,6 +97,24 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
                            f"simulated, the rest carried over (measured/steady.py)"]
     result = simulator.simulate(loaded, profiles=profiles)
     return _window(mapped, loaded, result)
+
+
+def signed_errors(measured: Mapping[str, float], predicted: Mapping[str, float]
+                  ) -> dict[str, float]:
+    """predicted / measured - 1 of each measured figure that has a prediction."""
+    return {k: predicted[k] / v - 1.0 for k, v in measured.items() if k in predicted}
+
+
+def estimate_figures(est: Any) -> dict[str, float]:
+    """The closed-form estimate's figures under the measured runs' names (milliseconds)."""
+    ms = 1e3
+    return {
+        "ttft.mean": est.ttft_mean_s * ms, "ttft.p99": est.ttft_p99_s * ms,
+        # The fluid estimate gives TPOT's median; with every request alike it is the mean.
+        "tpot.mean": est.tpot_p50_s * ms, "tpot.p50": est.tpot_p50_s * ms,
+        "tpot.p99": est.tpot_p99_s * ms,
+        "output_tokens_per_s": est.output_tokens_per_s, "requests_per_s": est.rate_per_s,
+    }
 
 
 def _front_end(loaded: Any) -> Any:

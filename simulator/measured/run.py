@@ -55,6 +55,11 @@ class Load:
     output_lengths: tuple[int, ...] | None = None
 
 
+# The note (and declared default) of a run whose exact measurement the file lists again under
+# another layout (silicon.py): which layout ran is in doubt.
+LAYOUT_CONTRADICTED = "the file lists this measurement again under another layout"
+
+
 @dataclass(frozen=True, slots=True)
 class MeasuredRun:
     """A measured run: engine, model, GPU, number formats, layout, load, metrics, provenance.

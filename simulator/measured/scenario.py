@@ -18,7 +18,7 @@ from simulator.engines.style import release_number
 from simulator.errors import InputError
 from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
-from simulator.measured.run import Load, MeasuredRun, Pool
+from simulator.measured.run import LAYOUT_CONTRADICTED, Load, MeasuredRun, Pool
 
 # Named by the reference README as models and GPUs the simulator does not ship yet: rows of
 # them are counted as unsupported; any other unknown name is a misspelling, an input error.
@@ -30,16 +30,10 @@ ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # A P/D row without worker counts: its load per worker, so its TTFT and TPOT, is unknown; the
 # run is simulated on one worker per pool and scored apart from the headline (scoring.py).
 WORKERS_GUESSED = "disagg num_workers not recorded: 1 prefill and 1 decode worker"
-# A run the file lists again, with the same measured figures, under another layout
-# (silicon.py): which layout ran is in doubt, so it is scored apart like the above.
-LAYOUT_CONTRADICTED = "the file lists this measurement again under another layout"
+# Declared defaults that leave a run's layout, so its load per GPU, in doubt (the other: a
+# measurement the file lists again under another layout, run.LAYOUT_CONTRADICTED): the
+# headline figures leave such runs out and the calibration does not fit them.
 LAYOUT_IN_DOUBT = (WORKERS_GUESSED, LAYOUT_CONTRADICTED)
-
-
-def layout_in_doubt(defaults: Sequence[str]) -> bool:
-    """Whether a mapped run's declared defaults leave its layout (so its load per GPU) in
-    doubt: the headline figures leave such runs out and the calibration does not fit them."""
-    return any(d in defaults for d in LAYOUT_IN_DOUBT)
 # max_num_batched_tokens where a file does not record it: the scenario schema's own default.
 DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].default
 # The token budgets the calibration file's benchmark deploys with, where the file does not record
@@ -57,8 +51,9 @@ TRTLLM_TOKENS_PER_BLOCK = 32
 TRTLLM_FREE_MEMORY_FRACTION = 0.8
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
 # NVFP4 rows run NVIDIA's ModelOpt NVFP4 checkpoints, whose hf_quant_config.json declares
-# "kv_cache_quant_algo": "FP8"; the engines' `auto` KV dtype follows a checkpoint's KV directive
-# (vLLM promotes auto to fp8_e4m3, TensorRT-LLM reads the quant config). Evidence in the file:
+# "kv_cache_quant_algo": "FP8" (every one AIConfigurator ships in aic-core model_configs at
+# 095f58a51: DeepSeek-V3.1/V3.2, GLM-5, Kimi-K2.6, MiniMax-M2.5, Qwen3-235B, Qwen3.5-397B), and
+# the engines' `auto` KV dtype follows a checkpoint's KV directive. Evidence in the file:
 # Llama-3.1-70B NVFP4 on one B200 at 64 x (1024 + 8192) tokens ran with a 241 ms TTFT, which
 # fits only with an FP8 KV cache (BF16 would need 193 GB of KV).
 NVFP4_CHECKPOINT_KV = "fp8"
@@ -105,13 +100,18 @@ def shipped_gpus() -> frozenset[str]:
     return frozenset(profile_paths())
 
 
+def layout_in_doubt(defaults: Sequence[str]) -> bool:
+    """Whether a mapped run's declared defaults leave its layout in doubt (LAYOUT_IN_DOUBT)."""
+    return any(d in defaults for d in LAYOUT_IN_DOUBT)
+
+
 def map_run(
     run: MeasuredRun, base: Mapping[str, Any] | None, overrides: Sequence[str] = ()
 ) -> Mapped:
     """The run's scenario (overrides applied last) or its refusal; InputError for a user
     error (an unknown name, no base scenario for a file that needs one)."""
     defaults: list[str] = []
-    if any(n.startswith(LAYOUT_CONTRADICTED) for n in run.notes):
+    if any(n.startswith(LAYOUT_CONTRADICTED) for n in run.notes):  # silicon.py's note
         _declare(defaults, LAYOUT_CONTRADICTED)
     try:
         if run.pools:

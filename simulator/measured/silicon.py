@@ -18,7 +18,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulator.errors import InputError
-from simulator.measured.run import Load, MeasuredRun, Pool, bad, integer, number
+from simulator.measured.run import (
+    LAYOUT_CONTRADICTED,
+    Load,
+    MeasuredRun,
+    Pool,
+    bad,
+    integer,
+    number,
+)
 
 ENGINES = ("vllm", "sglang", "trtllm")
 MODES = ("agg", "disagg")
@@ -32,11 +40,6 @@ REQUIRED = (
     "attention_dp_size", "moe_tp_size", "moe_ep_size", "ttft_ms", "tpot_ms",
 )
 POOL_FIELDS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
-
-
-# A run's note when the file lists the same measurement under another layout (the text
-# scenario.py's LAYOUT_CONTRADICTED matches).
-CONTRADICTED_NOTE = "the file lists this measurement again under another layout"
 
 
 def looks_like_silicon(header: list[str]) -> bool:
@@ -92,7 +95,7 @@ def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
             others = [runs[j] for j in members if runs[j].pools != runs[i].pools]
             rows = ", ".join(str(o.row) for o in others[:3])
             out[i] = replace(runs[i], notes=(*runs[i].notes,
-                                            f"{CONTRADICTED_NOTE} (rows {rows})"))
+                                            f"{LAYOUT_CONTRADICTED} (rows {rows})"))
     return out
 
 

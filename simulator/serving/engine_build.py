@@ -219,7 +219,7 @@ def _build_engine(
         max_prefill_tokens=(
             s.max_prefill_tokens if s.max_prefill_tokens is not None else style.max_prefill_tokens
         ),
-        mix_whole_prompts=style.mixes_whole_prompts,
+        mix_whole_prompts=style.mix_whole_prompts,
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
 

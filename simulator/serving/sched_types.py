@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from simulator.cost.shape import BatchShape
@@ -37,13 +37,15 @@ class SchedulerConfig:
     # always enters, cut by the step budget). None: no cap beyond max_num_batched_tokens.
     max_prefill_tokens: int | None = None
     # With chunked prefill off, whole prompts still ride beside the decode batch (the style's
-    # mixes_whole_prompts: TensorRT-LLM's in-flight batching); else they run alone (vLLM V0).
+    # mix_whole_prompts: TensorRT-LLM's in-flight batching); else they run alone (vLLM V0).
     mix_whole_prompts: bool = False
+    # Derived once (the scheduler reads it every step): prefill work runs in steps of its own,
+    # the decodes waiting.
+    separate_prefill: bool = field(init=False, default=False)
 
-    @property
-    def separate_prefill(self) -> bool:
-        """Whether prefill work runs in steps of its own, the decodes waiting."""
-        return not (self.mix_prefill_decode and (self.chunked_prefill or self.mix_whole_prompts))
+    def __post_init__(self) -> None:
+        mixes = self.mix_prefill_decode and (self.chunked_prefill or self.mix_whole_prompts)
+        object.__setattr__(self, "separate_prefill", not mixes)
 
 
 @dataclass(slots=True)
