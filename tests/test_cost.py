@@ -459,6 +459,7 @@ COMBOS = {
     "dsv3-dp8-ep8": ("deepseek-v3", "h200-sxm", ParallelLayout(1, 1, 8, 8), FP8_ALL),
     "gptoss-sliding": ("gpt-oss-120b", "b200", ParallelLayout(2), Formats("mxfp4", "bf16", "fp8")),
     "mixtral-tp2-ep2": ("mixtral-8x7b", "h100-sxm", ParallelLayout(2, 1, 1, 2), Formats()),
+    "qwen35-hybrid-dp2": ("qwen3.5-397b-a17b", "b200", ParallelLayout(4, 1, 2, 4), FP8_ALL),
 }
 _MODELS: dict[str, StepModel] = {}
 
@@ -630,6 +631,7 @@ def test_one_chunk_batch_fields() -> None:
         ("qwen3-235b-a22b", ParallelLayout(tensor_parallel=8)),
         ("deepseek-v3", ParallelLayout(tensor_parallel=8)),  # MLA
         ("glm-5", ParallelLayout(tensor_parallel=8, expert_parallel=8)),  # MLA + DSA indexer
+        ("qwen3.5-397b-a17b", ParallelLayout(tensor_parallel=4)),  # Gated DeltaNet hybrid
     ],
 )
 def test_decode_step_times_float_by_float_are_the_vectorized_floats(

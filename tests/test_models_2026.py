@@ -101,8 +101,10 @@ def test_a_users_checkpoint_of_these_families_parses() -> None:
 
 @pytest.mark.parametrize(("key", "value", "needle"), [
     ("attn_type_list", [0] * 7 + [1] + [0] * 54, "attn_type_list"),
+    # Gated DeltaNet layers are costed (tests/test_hybrid_attention.py), but only with the
+    # linear_* keys that shape them; without them the config is refused, not costed as softmax.
     ("layer_types", ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 58,
-     "linear_attention"),
+     "linear_num_key_heads"),
 ], ids=["minimax-lightning", "qwen3-next-style"])
 def test_linear_attention_is_refused_not_costed_as_softmax(key: str, value: Any,
                                                            needle: str) -> None:

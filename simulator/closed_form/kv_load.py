@@ -29,6 +29,9 @@ def kv_chain_summary(engine: Engine, records: npt.NDArray[Any], kv_capacity_toke
         per_replica_blocks = kv_capacity_tokens // sched.block_size
         fits = per_replica_blocks // blocks_per_seq
     limit = "kv_cache" if fits < sched.max_num_seqs else "max_num_seqs"
+    state_cap = engine.memory.max_seqs_by_state
+    if limit == "max_num_seqs" and state_cap is not None and sched.max_num_seqs == state_cap:
+        limit = "state_pool"  # a hybrid's recurrent-state slots (engine_build caps max_num_seqs)
     queue = summary.get("queue_s") or {}
     return {
         "kv_format": fmt.name,

@@ -64,6 +64,8 @@ def eagle_head(arch: Architecture) -> Architecture:
         num_sliding_layers=0,
         num_mtp_layers=0,
         sparse=None,  # an EAGLE-3 head attends densely (no indexer of its own)
+        linear=None,  # a Llama-style decoder layer: softmax attention, ungated heads
+        attn_output_gate=False,
     )
 
 
@@ -87,6 +89,7 @@ def mtp_module(arch: Architecture) -> Architecture:
         sliding_window=None,
         num_sliding_layers=0,
         num_mtp_layers=0,
+        linear=None,  # Qwen3.5's MTP layer attends fully (mtp_num_hidden_layers)
     )
 
 

@@ -112,7 +112,10 @@ class Explanation:
                 "kv_capacity_tokens": self.memory.kv_capacity_tokens,
                 "kv_heads_replicated": self.memory.kv_heads_replicated,
                 "window_reserve_bytes_per_gpu": self.memory.window_reserve_bytes_per_gpu,
+                "state_bytes_per_seq_per_gpu": self.memory.state_bytes_per_seq_per_gpu,
+                "state_reserve_bytes_per_gpu": self.memory.state_reserve_bytes_per_gpu,
             },
+            "layer_kinds": layer_kinds(self.arch),
             "gemm_format": self.model.gemm_format,
             "format_notes": format_notes(self.model),
             "kernel_classes": self.kernel_classes(),
@@ -163,13 +166,29 @@ class Explanation:
                 f" (after {m.window_reserve_bytes_per_gpu / 1e9:.2f} GB reserved for one "
                 f"sliding window per schedulable sequence)"
             )
+        if m.state_reserve_bytes_per_gpu:
+            mem += (
+                f" (after {m.state_reserve_bytes_per_gpu / 1e9:.2f} GB set aside for "
+                f"recurrent states, {m.state_bytes_per_seq_per_gpu / 1e6:.1f} MB a sequence)"
+            )
+        kinds = ", ".join(f"{n} {kind.replace('_', ' ')}"
+                          for kind, n in layer_kinds(self.arch).items() if n)
         classes = ", ".join(f"{k} {v}" for k, v in self.kernel_classes().items())
-        lines = [head, "", ops, "", totals, mem, self.sentence(), *format_notes(self.model),
-                 f"GEMM kernel classes: {classes}"]
+        lines = [head, f"layers: {kinds}", "", ops, "", totals, mem, self.sentence(),
+                 *format_notes(self.model), f"GEMM kernel classes: {classes}"]
         if self.kv_chains:
             lines += ["", "KV-format chain (bytes per token -> capacity -> largest batch -> "
                       "decode throughput):", *(f"  {c.to_text()}" for c in self.kv_chains)]
         return "\n".join(lines)
+
+
+def layer_kinds(arch: Architecture) -> dict[str, int]:
+    """How many layers attend fully, within a window (or a sparse model's top-k), or by a
+    Gated DeltaNet recurrence (a hybrid's linear attention)."""
+    windowed = arch.windowed_attention_layers
+    kind = "sparse_attention" if arch.sparse is not None else "sliding_attention"
+    return {"full_attention": arch.softmax_attention_layers - windowed, kind: windowed,
+            "linear_attention": arch.num_linear_layers}
 
 
 def explain(

@@ -84,11 +84,14 @@ class KVChain:
 def kv_chain(model: StepModel, memory: MemoryBudget, context_tokens: int,
              max_batch: int | None = None) -> KVChain:
     """Follow the chain for sequences of `context_tokens` (capped by `max_batch`, e.g. the
-    scheduler's max_num_seqs)."""
+    scheduler's max_num_seqs, and for a hybrid model by the recurrent states set aside)."""
     fmt = get_format(model.formats.kv_cache)
     fits = memory.kv_capacity_tokens // max(1, context_tokens)
     if max_batch is not None:
         fits = min(fits, max_batch)
+    if memory.state_bytes_per_seq_per_gpu > 0:
+        states = memory.state_reserve_bytes_per_gpu // memory.state_bytes_per_seq_per_gpu
+        fits = min(fits, int(states) * model.layout.attention_data_parallel)
     step_s = tps = None
     if fits > 0:
         batch = BatchShape.one_chunk(0, decode_seqs=fits,

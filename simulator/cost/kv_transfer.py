@@ -5,7 +5,9 @@ has fewer KV heads than ranks), since the receiving ranks store exactly that. Ea
 own NIC (or NVLink port) and sends its shard, so a replica pair moves data over as many links
 as the smaller replica has GPUs. With layer-wise streaming (as NIXL/Mooncake connectors do)
 layer k's KV leaves as soon as layer k is prefilled, so only what the prefill cannot hide
-stays exposed: at least the last layer's share.
+stays exposed: at least the last layer's share. A hybrid model's Gated DeltaNet layers send
+their fixed-size recurrent state per request beside the attention layers' KV (as SGLang's P/D
+transfer sends the mamba state slot with the KV pages).
 """
 
 from __future__ import annotations
@@ -25,10 +27,15 @@ class KVLinkCost:
     kv_bytes_per_token: float  # one request token's KV over all layers, as the decode pool holds it
     num_layers: int
     layerwise: bool
+    state_bytes_per_request: float = 0.0  # a hybrid's recurrent states, all decode GPUs
+
+    def _wire_s(self, tokens: int) -> float:
+        payload = tokens * self.kv_bytes_per_token + self.state_bytes_per_request
+        return payload / self.bytes_per_s
 
     def transfer_s(self, tokens: int) -> float:
         """Time to move `tokens` tokens of KV when nothing overlaps it."""
-        return self.latency_s + tokens * self.kv_bytes_per_token / self.bytes_per_s
+        return self.latency_s + self._wire_s(tokens)
 
     def exposed_s(self, tokens: int, prefill_s: float) -> float:
         """Transfer time left after the prefill that produced the KV ended.
@@ -37,7 +44,7 @@ class KVLinkCost:
         order over one link the last share lands at max(P + T/L, T + P/L) after the prefill
         began, so max(T/L, T - P(L-1)/L) remains after it (uniform layers).
         """
-        wire_s = tokens * self.kv_bytes_per_token / self.bytes_per_s
+        wire_s = self._wire_s(tokens)
         if not self.layerwise:
             return self.latency_s + wire_s
         layers = self.num_layers
@@ -56,6 +63,7 @@ def kv_link_cost(
     gb_per_s: float | None = None,
     latency_s: float | None = None,
     layerwise: bool = False,
+    state_bytes_per_request_per_gpu: float = 0.0,
 ) -> KVLinkCost:
     """The link between one prefill and one decode replica. `kv_bytes_per_token_per_gpu` is the
     decode pool's (memory model); its tp × pp ranks each receive their shard."""
@@ -73,4 +81,5 @@ def kv_link_cost(
         kv_bytes_per_token=kv_bytes_per_token_per_gpu * receivers,
         num_layers=num_layers,
         layerwise=layerwise,
+        state_bytes_per_request=state_bytes_per_request_per_gpu * receivers,
     )

@@ -31,6 +31,11 @@ class MemoryBudget:
     kv_capacity_tokens: int  # per engine replica (attention-DP ranks each hold their own cache)
     kv_heads_replicated: bool  # fewer KV heads than TP ranks: each rank stores a copy
     window_reserve_bytes_per_gpu: float = 0.0  # sliding-window layers: one window per sequence
+    # Gated DeltaNet layers (hybrid models): the recurrent states set aside, and the running
+    # sequences per attention-DP rank they leave room for (None: no cap of their own).
+    state_reserve_bytes_per_gpu: float = 0.0
+    state_bytes_per_seq_per_gpu: float = 0.0
+    max_seqs_by_state: int | None = None
 
     @property
     def fits(self) -> bool:
@@ -56,7 +61,7 @@ def attention_weight_params_per_gpu(arch: Architecture, tp: int) -> float:
         # taken replicated on every rank, like the down-projections (assumed).
         return replicated + arch.indexer_params_per_layer + sharded / tp
     h_in = arch.attention_input_size  # q/k/v read h_in; o writes h
-    q_and_o = (h_in + h) * arch.num_attention_heads * arch.head_dim / tp
+    q_and_o = (h_in * arch.q_proj_width + h * arch.num_attention_heads * arch.head_dim) / tp
     kv = 2 * h_in * kv_heads_per_gpu(arch, tp) * arch.head_dim
     return q_and_o + kv
 
@@ -90,12 +95,18 @@ def weights_bytes_per_gpu(arch: Architecture, layout: ParallelLayout, formats: F
     pp = layout.pipeline_parallel
     share = layers_per_stage(arch, pp) / arch.num_layers
     dense_p, routed_p, shared_p = ffn_weight_params_per_gpu(arch, layout)
-    tp, L, Lm = layout.tensor_parallel, arch.num_layers, arch.num_moe_layers
-    out = L * attention_out_params_per_gpu(arch, tp)
+    tp, La, Lm = layout.tensor_parallel, arch.softmax_attention_layers, arch.num_moe_layers
+    out = La * attention_out_params_per_gpu(arch, tp)
+    attention = La * attention_weight_params_per_gpu(arch, tp)
+    if arch.linear is not None:  # Gated DeltaNet layers: every projection split over TP
+        lin, Ll = arch.linear, arch.linear.num_layers
+        out += Ll * lin.value_width * arch.hidden_size / tp
+        attention += Ll * lin.params_per_layer(arch.hidden_size) / tp
     # Each linear group at the weight format, or BF16 where the checkpoint keeps it so
-    # (architecture.MODULE_GROUPS, from modules_to_not_convert or the precision block).
+    # (architecture.MODULE_GROUPS, from modules_to_not_convert or the precision block); a
+    # hybrid's Gated DeltaNet projections count with attention's (linear_attn names them).
     groups = {
-        "attention_in": L * attention_weight_params_per_gpu(arch, tp) - out,
+        "attention_in": attention - out,
         "attention_out": out,
         "dense_mlp": arch.num_dense_mlp_layers * dense_p,
         "shared_experts": Lm * shared_p,
@@ -123,8 +134,11 @@ def _kv_elements_per_layer(arch: Architecture, layout: ParallelLayout) -> int:
 
 
 def stage_layer_split(arch: Architecture, pp: int) -> tuple[int, int]:
-    """(full-attention, sliding-window) layers on the most loaded pipeline stage."""
+    """(full-attention, sliding-window) layers on the most loaded pipeline stage; a hybrid
+    model's Gated DeltaNet layers are neither (they keep a state, state_bytes_per_seq)."""
     stage = layers_per_stage(arch, pp)
+    if arch.linear is not None:
+        stage = min(stage, math.ceil(stage * arch.softmax_attention_layers / arch.num_layers))
     if arch.sliding_window is None or arch.num_sliding_layers == 0:
         return stage, 0
     if arch.num_sliding_layers == arch.num_layers:
@@ -160,6 +174,14 @@ def sliding_kv_bytes_per_seq_per_gpu(
     return sliding * arch.sliding_window * per_layer
 
 
+def state_bytes_per_seq_per_gpu(arch: Architecture, layout: ParallelLayout) -> float:
+    """One running sequence's Gated DeltaNet state on one GPU: its stage's share of the linear
+    layers, value heads split over TP (Architecture.linear_state_bytes_per_seq). 0 unless
+    the model is hybrid."""
+    share = layers_per_stage(arch, layout.pipeline_parallel) / arch.num_layers
+    return arch.linear_state_bytes_per_seq(layout.tensor_parallel) * share
+
+
 def activation_bytes_per_gpu(
     arch: Architecture, layout: ParallelLayout, max_batched_tokens: int, max_seqs: int
 ) -> float:
@@ -170,7 +192,8 @@ def activation_bytes_per_gpu(
     """
     tp, group = layout.tensor_parallel, layout.mlp_group
     widest = max(
-        (arch.q_dim + 2 * arch.num_kv_heads * arch.head_dim) / tp,
+        (arch.q_proj_width + 2 * arch.num_kv_heads * arch.head_dim) / tp,
+        0 if arch.linear is None else arch.linear.qkvz_width / tp,
         2 * arch.intermediate_size / group,
         0
         if arch.moe is None
@@ -191,13 +214,18 @@ def memory_budget(
     max_batched_tokens: int = 8192,
     max_seqs: int = 256,
     fraction_of_free: bool = False,
+    state_pool_share: float | None = None,
+    state_slots_per_request: int = 1,
 ) -> MemoryBudget:
     """Weights, activations and the KV pool on one GPU.
 
     `gpu_memory_utilization` caps all of the framework's memory (vLLM, SGLang:
     weights + activations + KV <= fraction x HBM), or with `fraction_of_free` it is the share
     of the memory left after weights and activations that becomes KV cache (TensorRT-LLM's
-    KvCacheConfig.free_gpu_memory_fraction, default 0.9).
+    KvCacheConfig.free_gpu_memory_fraction, default 0.9). A hybrid model's recurrent states
+    come out of that memory first: `state_pool_share` of it set aside as a pool whose slots,
+    `state_slots_per_request` a running request, cap the running requests (SGLang), or with
+    no share one state per schedulable sequence (max_seqs).
     """
     weights = weights_bytes_per_gpu(arch, layout, formats)
     acts = activation_bytes_per_gpu(arch, layout, max_batched_tokens, max_seqs)
@@ -213,10 +241,19 @@ def memory_budget(
     per_seq = sliding_kv_bytes_per_seq_per_gpu(arch, layout, formats.kv_cache)
     window_reserve = seqs_per_rank * per_seq
     kv_avail -= window_reserve
+    state_seq = state_bytes_per_seq_per_gpu(arch, layout)
+    state_reserve, seq_cap = 0.0, None
+    if state_seq > 0 and state_pool_share is not None:
+        slots = int(max(0.0, kv_avail) * state_pool_share // state_seq)
+        state_reserve, seq_cap = slots * state_seq, slots // state_slots_per_request
+    elif state_seq > 0:
+        state_reserve = seqs_per_rank * state_seq
+    kv_avail -= state_reserve
     tokens = int(kv_avail // per_token) * layout.attention_data_parallel if kv_avail > 0 else 0
     replicated = arch.mla is None and arch.num_kv_heads < layout.tensor_parallel
     return MemoryBudget(
-        weights, acts, usable, kv_avail, per_token, tokens, replicated, window_reserve
+        weights, acts, usable, kv_avail, per_token, tokens, replicated, window_reserve,
+        state_reserve, state_seq, seq_cap,
     )
 
 

@@ -17,6 +17,12 @@ from simulator.cost.comm import (
 )
 from simulator.cost.kernels import Kernels
 from simulator.cost.layout import kv_heads_per_gpu as _kv_heads_per_gpu
+from simulator.cost.linear_attention import (
+    linear_consts_of,
+    linear_projection_ops,
+    linear_rates,
+    linear_terms,
+)
 from simulator.cost.ops import OpCost, roofline
 from simulator.cost.shape import BatchShape
 from simulator.model.precision import BF16_BYTES, FP32_BYTES, get_format
@@ -43,7 +49,7 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
     if rank_tokens <= 0 and tokens <= 0:
         return []
     a, tp = k.arch, k.layout.tensor_parallel
-    h, L = a.hidden_size, a.num_layers
+    h, L, La = a.hidden_size, a.num_layers, a.softmax_attention_layers
     ma = rank_tokens
     # Module groups the checkpoint keeps BF16 (modules_to_not_convert and the like).
     bf16_attn, bf16_out = a.keeps_bf16("attention_in"), a.keeps_bf16("attention_out")
@@ -51,9 +57,9 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
     if ma > 0:
         ops.append(k.elementwise("embedding", ma * h * BF16_BYTES, 1))
         if a.mla is None:
-            qkv_n = (a.num_attention_heads // tp + 2 * _kv_heads_per_gpu(a, tp)) * a.head_dim
+            qkv_n = a.q_proj_width // tp + 2 * _kv_heads_per_gpu(a, tp) * a.head_dim
             h_in = a.attention_input_size
-            ops.append(k.gemm("qkv_proj", ma, qkv_n, h_in, L, bf16=bf16_attn))
+            ops.append(k.gemm("qkv_proj", ma, qkv_n, h_in, La, bf16=bf16_attn))
             o_k = a.num_attention_heads // tp * a.head_dim
         else:
             m, heads = a.mla, a.num_attention_heads // tp
@@ -71,7 +77,9 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
                               a.indexer_query_input_size, L, bf16=bf16_attn))
             ops.append(k.gemm("dsa_indexer_k_proj", ma, sp.index_head_dim + sp.index_heads, h,
                               L, bf16=bf16_attn))
-        ops.append(k.gemm("o_proj", ma, h, o_k, L, bf16=bf16_out))
+        ops.append(k.gemm("o_proj", ma, h, o_k, La, bf16=bf16_out))
+        if a.linear is not None:
+            ops.extend(linear_projection_ops(k, ma))
     i_loc = a.intermediate_size / k.layout.mlp_group
     norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
     # RoPE rotates this rank's queries and keys in place (read + write each).
@@ -83,7 +91,7 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
     ops.append(
         k.elementwise(
             "norms_rope_activation",
-            L * (norm_bytes + rope_bytes) + a.num_dense_mlp_layers * act_fn_bytes,
+            L * norm_bytes + La * rope_bytes + a.num_dense_mlp_layers * act_fn_bytes,
             4 * L,
         )
     )
@@ -246,9 +254,9 @@ def attention_consts(k: Kernels) -> AttentionConsts:
         heads * (dims.prefill_qk + dims.prefill_v) * BF16_BYTES,
         prefill_rate,
         bw,
-        a.num_layers - a.windowed_attention_layers,
+        a.softmax_attention_layers - a.windowed_attention_layers,
         a.windowed_attention_layers,
-        a.num_layers,
+        a.softmax_attention_layers,
         decode_rate,
         decode_bw,
     )
@@ -345,7 +353,7 @@ def indexer_terms(
         tokens += ctx
     if pairs <= 0:
         return None
-    layers = k.arch.num_layers
+    layers = k.arch.softmax_attention_layers
     return per_pair * pairs * layers, key * tokens * layers
 
 
@@ -375,4 +383,12 @@ def attention_ops(
     if idx is not None:  # at the decode attention kernel's rates (assumed), one launch a layer
         ops.append(roofline("dsa_indexer", idx[0], idx[1], decode_rate, decode_bw, layers,
                             k.hw.kernel_launch_overhead_s))
+    lin = linear_consts_of(k)
+    if lin is not None:
+        dp = k.layout.attention_data_parallel if ranks is None else ranks
+        for name, terms in zip(("gdn_prefill", "gdn_decode"), linear_terms(lin, b, dp),
+                               strict=True):
+            if terms is not None:
+                ops.append(roofline(name, terms[0], terms[1], *linear_rates(k), lin.layers,
+                                    k.hw.kernel_launch_overhead_s))
     return ops

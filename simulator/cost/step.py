@@ -17,6 +17,13 @@ import numpy.typing as npt
 
 from simulator.cost import operators
 from simulator.cost.kernels import Kernels
+from simulator.cost.linear_attention import (
+    LinearConsts,
+    linear_consts_of,
+    linear_decode_terms,
+    linear_rates,
+    linear_terms,
+)
 from simulator.cost.operators import (
     AttentionConsts,
     IndexerConsts,
@@ -60,6 +67,27 @@ class StepModel(Kernels):
     def _attn_fixed(self) -> tuple[float, float]:
         return attention_fixed_s(self)
 
+    @cached_property
+    def _lin_consts(self) -> LinearConsts | None:
+        return linear_consts_of(self)
+
+    def _linear_s(self, terms: tuple[float, float] | None) -> float:
+        """Time of one Gated DeltaNet row (linear_attention.linear_terms), as attention_ops
+        prices it; 0 for an empty part."""
+        if terms is None or self._lin_consts is None:
+            return 0.0
+        rate, bw = linear_rates(self)
+        launches = self._lin_consts.layers * self.hw.kernel_launch_overhead_s
+        return max(terms[0] / rate, terms[1] / bw) + launches
+
+    def _linear_decode_s(self, decode_seqs: int, ranks: int | None = None) -> float:
+        """A hybrid model's recurrence in a pure decode step of `decode_seqs` sequences (their
+        contexts do not matter); 0 for a model without linear layers."""
+        if self._lin_consts is None:
+            return 0.0
+        dp = self.layout.attention_data_parallel if ranks is None else ranks
+        return self._linear_s(linear_decode_terms(self._lin_consts, decode_seqs, 1, dp))
+
     def with_arch(self, arch: Architecture) -> StepModel:
         """This chip and layout costing `arch` instead (fresh memo caches: they hold `arch`'s
         step times)."""
@@ -95,6 +123,11 @@ class StepModel(Kernels):
             if idx is not None:
                 t += max(idx[0] / decode_rate, idx[1] / decode_bw) + (
                     layers * self.hw.kernel_launch_overhead_s)
+        if self._lin_consts is not None:
+            dp = self.layout.attention_data_parallel if ranks is None else ranks
+            lin_prefill, lin_decode = linear_terms(self._lin_consts, b, dp)
+            t += self._linear_s(lin_prefill)
+            t += self._linear_s(lin_decode)
         return t
 
     def cost(self, b: BatchShape) -> StepCost:
@@ -150,13 +183,14 @@ class StepModel(Kernels):
         cap_sw = decode_seqs / dp * window if window is not None else 0.0
         out = []
         sparse = self._idx_consts is not None
+        lin = self._linear_decode_s(decode_seqs)
         for i in range(steps):
             ctx = (float(context_tokens + decode_seqs * i) + decode_seqs * 1) / dp
             work = n_full * ctx + (n_sw * min(ctx, cap_sw) if window is not None else 0.0)
             t = max(per_pair * work / rate, kv_tok * work / bw) + fixed
             if sparse:
                 t += self._indexer_decode_s(ctx)
-            out.append(base + t)
+            out.append(base + (t + lin))
         return out
 
     def _indexer_decode_s(self, ctx: Any) -> Any:
@@ -197,4 +231,6 @@ class StepModel(Kernels):
         attention: FloatArray = np.maximum(flops / rate, nbytes / bw) + fixed
         if self._idx_consts is not None:
             attention = attention + self._indexer_decode_s(ctx)
+        if self._lin_consts is not None:
+            attention = attention + self._linear_decode_s(decode_seqs, ranks)
         return attention

@@ -74,6 +74,18 @@ class _StyleFile(BaseModel):
     # --disable-cuda-graph: deployment.cuda_graphs false), every kernel launched from Python.
     # None = unknown: such a deployment is refused rather than priced at graph speed.
     eager_dispatch_us_per_layer: Annotated[float, Field(ge=0)] | None = None
+    # Hybrid models' recurrent states (Gated DeltaNet layers). None: a running sequence's
+    # state comes out of the KV pool (reserved here for max_num_seqs sequences); a share: the
+    # engine sets that share of the memory left after weights and activations aside as a
+    # state pool before sizing its KV cache (SGLang's mamba_full_memory_ratio).
+    state_pool_share: Annotated[float, Field(gt=0, lt=1)] | None = None
+    # State slots the engine holds per running request, which caps running requests at the
+    # pool's slots / this (SGLang keeps room for the states its radix cache forks).
+    state_slots_per_request: Annotated[int, Field(ge=1)] = 1
+    # Whether the host still overlaps the GPU (and schedules a step ahead) for a hybrid
+    # model; None: as for any other model. SGLang turns its overlap scheduler off for one
+    # while its radix cache is on.
+    hybrid_overlaps_cpu: bool | None = None
     source: str
     # Status and origin of each value, keyed by its key (hardware/provenance.py); read by
     # tests and reports, never by the simulation.
@@ -184,6 +196,9 @@ class EngineStyle:
     version: str | None = None  # the release whose defaults these are; None: the newest
     eager_dispatch_s_per_layer: float | None = None  # without CUDA graphs; None: unknown
     mix_whole_prompts: bool = False  # with chunked prefill off (see _StyleFile)
+    state_pool_share: float | None = None  # hybrid models' state pool (see _StyleFile)
+    state_slots_per_request: int = 1
+    hybrid_overlaps_cpu: bool | None = None
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -221,6 +236,13 @@ class EngineStyle:
                 "graphs")
         return replace(self, dispatch_s_per_layer=max(self.dispatch_s_per_layer,
                                                       self.eager_dispatch_s_per_layer))
+
+    def for_hybrid(self) -> EngineStyle:
+        """The style serving a hybrid (linear-attention) model: without its overlap scheduler
+        and one-step lookahead where the engine turns them off for one."""
+        if self.hybrid_overlaps_cpu is None or self.hybrid_overlaps_cpu:
+            return self
+        return replace(self, overlap_cpu_with_gpu=False, schedules_ahead=False)
 
     def with_layers(self, layers_per_stage: float) -> EngineStyle:
         """The style of one engine whose pipeline stages hold `layers_per_stage` layers."""
@@ -299,4 +321,7 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
         eager_dispatch_s_per_layer=(None if f.eager_dispatch_us_per_layer is None
                                     else f.eager_dispatch_us_per_layer * 1e-6),
         mix_whole_prompts=f.mix_whole_prompts,
+        state_pool_share=f.state_pool_share,
+        state_slots_per_request=f.state_slots_per_request,
+        hybrid_overlaps_cpu=f.hybrid_overlaps_cpu,
     )

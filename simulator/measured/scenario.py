@@ -22,9 +22,9 @@ from simulator.measured.run import LAYOUT_CONTRADICTED, Load, MeasuredRun, Pool
 
 # Named by the reference README as models and GPUs the simulator does not ship yet: rows of
 # them are counted as unsupported; any other unknown name is a misspelling, an input error.
-# Qwen3.5 (Gated DeltaNet linear attention) needs an attention architecture the cost model
-# does not have (GLM-5's sparse attention it has); every named GPU has a profile now.
-NOT_SHIPPED_MODELS = frozenset({"qwen3.5-397b-a17b"})
+# Every named model (Qwen3.5's Gated DeltaNet hybrid and GLM-5's sparse attention included)
+# and GPU has a catalog entry and a profile now.
+NOT_SHIPPED_MODELS: frozenset[str] = frozenset()
 NOT_SHIPPED_GPUS: frozenset[str] = frozenset()
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # A P/D row without worker counts: its load per worker, so its TTFT and TPOT, is unknown; the

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.model.precision import BF16_BYTES
+
 
 class ModelError(ValueError):
     """A model name or config.json that cannot be turned into an Architecture."""
@@ -53,6 +55,54 @@ class SparseAttentionSpec:
     topk: int  # keys each query attends to (index_topk: 2048 in DeepSeek-V3.2 and GLM-5)
     index_heads: int  # the indexer's query heads (index_n_heads)
     index_head_dim: int  # the indexer's head width, also its cached key's (index_head_dim)
+
+
+@dataclass(frozen=True, slots=True)
+class LinearAttentionSpec:
+    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): in place of a growing KV cache
+    each such layer keeps, per sequence, a fixed recurrent state of value heads x key dim x
+    value dim plus a short causal-convolution window over its q/k/v channels (Yang, Kautz and
+    Hatamizadeh, "Gated Delta Networks", ICLR 2025; HF configs' linear_* keys)."""
+
+    num_layers: int  # layers listed "linear_attention" in layer_types; the rest attend fully
+    key_heads: int  # linear_num_key_heads (q and k share them)
+    value_heads: int  # linear_num_value_heads (v, the output gate z, and the state's heads)
+    key_head_dim: int  # linear_key_head_dim
+    value_head_dim: int  # linear_value_head_dim
+    conv_kernel: int  # linear_conv_kernel_dim: the causal conv keeps kernel - 1 past inputs
+    state_bytes_per_element: int  # the recurrent state's dtype (mamba_ssm_dtype)
+
+    @property
+    def qkvz_width(self) -> int:
+        """Output width of the fused input projection: q and k (key heads), v and z."""
+        return 2 * self.key_heads * self.key_head_dim + 2 * self.value_heads * self.value_head_dim
+
+    @property
+    def ba_width(self) -> int:
+        """Output width of the small projection giving each value head its beta and decay."""
+        return 2 * self.value_heads
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal convolution: q, k and v (not z)."""
+        return 2 * self.key_heads * self.key_head_dim + self.value_heads * self.value_head_dim
+
+    @property
+    def value_width(self) -> int:
+        """Width of the layer's output before out_proj: all value heads."""
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def state_elements_per_head(self) -> int:
+        """One value head's recurrent state: a key dim x value dim matrix."""
+        return self.key_head_dim * self.value_head_dim
+
+    def params_per_layer(self, hidden: int) -> int:
+        """in_proj_qkvz + in_proj_ba + the depthwise conv + out_proj, plus the per-head decay
+        (A_log, dt_bias) and the gated norm's weight."""
+        projections = hidden * (self.qkvz_width + self.ba_width) + self.value_width * hidden
+        small = self.conv_channels * self.conv_kernel + 2 * self.value_heads + self.value_head_dim
+        return projections + small
 
 
 # Linear-layer groups a checkpoint may keep in BF16 while the rest takes the weight format:
@@ -103,6 +153,12 @@ class Architecture:
     # per head: under tensor parallelism each rank holds some heads, so the norm's sum of
     # squares is all-reduced across the TP group on every layer (vLLM MiniMaxText01RMSNormTP).
     qk_norm_across_heads: bool = False
+    # Hybrid models (Qwen3-Next, Qwen3.5): Gated DeltaNet layers in place of some attention
+    # layers; None when every layer attends with softmax.
+    linear: LinearAttentionSpec | None = None
+    # A sigmoid gate on each attention head's output, projected by q_proj beside the queries
+    # (Qwen3-Next/Qwen3.5 attn_output_gate: q_proj is 2 x heads x head_dim wide).
+    attn_output_gate: bool = False
 
     # --- derived counts, used by the cost model and the parameter-count tests ---
 
@@ -118,6 +174,16 @@ class Architecture:
         )
 
     @property
+    def num_linear_layers(self) -> int:
+        """Gated DeltaNet layers (0 unless hybrid)."""
+        return 0 if self.linear is None else self.linear.num_layers
+
+    @property
+    def softmax_attention_layers(self) -> int:
+        """Layers that attend with softmax over a KV cache (all but the linear ones)."""
+        return self.num_layers - self.num_linear_layers
+
+    @property
     def num_dense_mlp_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
@@ -128,6 +194,13 @@ class Architecture:
             qk_head = self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
             return self.num_attention_heads * qk_head
         return self.num_attention_heads * self.head_dim
+
+    @property
+    def q_proj_width(self) -> int:
+        """Output width of a non-MLA query projection: the queries, and the output gate when
+        the model gates attention heads (attn_output_gate)."""
+        gates = 2 if self.attn_output_gate else 1
+        return gates * self.num_attention_heads * self.head_dim
 
     @property
     def attention_input_size(self) -> int:
@@ -155,7 +228,7 @@ class Architecture:
             o = nh * m.v_head_dim * h
             return q + kv_down + kv_up + o + self.indexer_params_per_layer
         h_in = self.attention_input_size
-        q = h_in * self.num_attention_heads * self.head_dim
+        q = h_in * self.q_proj_width
         kv = 2 * h_in * self.num_kv_heads * self.head_dim
         o = self.num_attention_heads * self.head_dim * h
         bias = 0
@@ -208,7 +281,9 @@ class Architecture:
     @property
     def total_params(self) -> int:
         """All parameters, every expert counted."""
-        n = self.num_layers * self.attention_params_per_layer
+        n = self.softmax_attention_layers * self.attention_params_per_layer
+        if self.linear is not None:
+            n += self.linear.num_layers * self.linear.params_per_layer(self.hidden_size)
         n += self.num_dense_mlp_layers * self.dense_mlp_params_per_layer
         if self.moe is not None:
             per_moe_layer = (
@@ -238,7 +313,9 @@ class Architecture:
     def windowed_attention_layers(self) -> int:
         """Layers whose attention is capped at `attention_window` keys per query (a sparse
         model's cache still holds every token: memory reads the sliding fields, not these)."""
-        return self.num_layers if self.sparse is not None else self.num_sliding_layers
+        if self.sparse is not None:
+            return self.softmax_attention_layers
+        return self.num_sliding_layers
 
     @property
     def index_key_bytes(self) -> int:
@@ -268,6 +345,17 @@ class Architecture:
         sp = self.sparse
         return (self.indexer_query_input_size * sp.index_heads * sp.index_head_dim
                 + self.hidden_size * (sp.index_head_dim + sp.index_heads))
+
+    def linear_state_bytes_per_seq(self, tp: int = 1) -> float:
+        """Bytes one sequence's Gated DeltaNet state takes on one of `tp` ranks over all
+        linear layers: the recurrent state in its dtype (value heads split over TP) and the
+        conv window, kernel - 1 past inputs of each channel in BF16. 0 unless hybrid."""
+        if self.linear is None:
+            return 0.0
+        lin = self.linear
+        state = lin.value_heads * lin.state_elements_per_head * lin.state_bytes_per_element
+        conv = lin.conv_channels * (lin.conv_kernel - 1) * BF16_BYTES
+        return lin.num_layers * (state + conv) / tp
 
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements per token per layer (all KV heads; MLA caches the latent)."""

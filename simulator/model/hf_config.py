@@ -3,8 +3,9 @@
 Families recognised by their keys (not only by name): Llama / Llama-2 / Mistral (dense GQA),
 Qwen2/Qwen3 (explicit `head_dim`), Qwen-MoE (`num_experts`, `decoder_sparse_step`,
 `mlp_only_layers`), Mixtral, gpt-oss and MiniMax-M2 (`num_local_experts`), DeepSeek-V2/V3/R1 and
-Kimi-K2 (MLA keys plus `n_routed_experts`); a multimodal wrapper's `text_config` (Kimi-K2.5) is
-read as the decoder. Any other decoder that carries the standard keys parses as a dense model.
+Kimi-K2 (MLA keys plus `n_routed_experts`), GLM-5 (sparse attention), Qwen3-Next and Qwen3.5
+(Gated DeltaNet hybrids: `layer_types` "linear_attention" with the linear_* keys); a multimodal
+wrapper's `text_config` (Kimi-K2.5, Qwen3.5) is read as the decoder. Any other decoder that carries the standard keys parses as a dense model.
 
 Every problem with the input is reported as one `ModelError` sentence naming the key; a
 KeyError or TypeError never escapes.
@@ -15,13 +16,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from simulator.model.architecture import (
-    Architecture,
-    MLASpec,
-    ModelError,
-    MoESpec,
-    SparseAttentionSpec,
+from simulator.model.architecture import Architecture, ModelError, MoESpec
+from simulator.model.hf_attention import (
+    check_softmax_attention,
+    parse_linear,
+    parse_mla,
+    parse_sliding,
+    parse_sparse,
 )
+from simulator.model.hf_reader import ConfigReader
 from simulator.model.quant_modules import bf16_modules
 
 # Model types whose MLP is SwiGLU (gate, up, down) regardless of what `hidden_act` says.
@@ -38,6 +41,8 @@ _GATED_MODEL_TYPES = frozenset(
         "deepseek_v3",
         "deepseek_v32",
         "glm_moe_dsa",
+        "qwen3_next",
+        "qwen3_5_moe",
         "gpt_oss",
         "gemma",
         "gemma2",
@@ -53,77 +58,6 @@ _QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe", "opt"})
 _FFN_DIM_MODEL_TYPES = frozenset({"opt"})
 
 
-class _Config:
-    """Typed reads from a config mapping; every failure is a one-sentence ModelError."""
-
-    def __init__(self, raw: Mapping[str, Any], name: str) -> None:
-        self.raw = raw
-        self.name = name
-
-    def fail(self, what: str) -> ModelError:
-        return ModelError(f"model config {self.name!r}: {what}")
-
-    def has(self, key: str) -> bool:
-        """The key is present with a non-null value."""
-        return self.raw.get(key) is not None
-
-    def int_(self, key: str, *, minimum: int = 1) -> int:
-        if key not in self.raw:
-            raise self.fail(f"missing required key {key!r}")
-        return self._check_int(key, self.raw[key], minimum)
-
-    def opt_int(self, key: str, default: int, *, minimum: int = 0) -> int:
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        return self._check_int(key, value, minimum)
-
-    def _check_int(self, key: str, value: Any, minimum: int) -> int:
-        # bool is an int subclass; `true` is never a valid size. Integral floats (4096.0) are
-        # accepted because some exporters write every number as a float.
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(f"key {key!r} must be an integer (got {value!r})")
-        if value < minimum:
-            raise self.fail(f"key {key!r} must be at least {minimum} (got {value})")
-        return value
-
-    def opt_bool(self, key: str, default: bool) -> bool:
-        value = self.raw.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(f"key {key!r} must be true or false (got {value!r})")
-        return value
-
-    def opt_str(self, key: str) -> str | None:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self.fail(f"key {key!r} must be a string (got {value!r})")
-        return value
-
-    def opt_int_list(self, key: str) -> list[int]:
-        value = self.raw.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise self.fail(f"key {key!r} must be a list of integers (got {value!r})")
-        return list(value)
-
-    def opt_str_list(self, key: str) -> list[str] | None:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(f"key {key!r} must be a list of strings (got {value!r})")
-        return list(value)
-
-
 def _flatten(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
     """Merge a nested `text_config` (multimodal wrappers) over the top level."""
     text = raw.get("text_config")
@@ -136,7 +70,7 @@ def _flatten(raw: Mapping[str, Any], name: str) -> dict[str, Any]:
     return merged
 
 
-def _model_type(c: _Config) -> str:
+def _model_type(c: ConfigReader) -> str:
     model_type = c.opt_str("model_type")
     if model_type:
         return model_type.lower()
@@ -160,7 +94,7 @@ def _model_type(c: _Config) -> str:
 
 
 def _layer_pattern(
-    c: _Config, moe_layers: list[int], num_layers: int, what: str
+    c: ConfigReader, moe_layers: list[int], num_layers: int, what: str
 ) -> tuple[int, int]:
     """(first_dense_layers, moe_layer_interval) describing exactly the given MoE layer indices."""
     first = moe_layers[0]
@@ -173,7 +107,7 @@ def _layer_pattern(
     return first, interval
 
 
-def _parse_moe(c: _Config, num_layers: int, intermediate: int) -> MoESpec | None:
+def _parse_moe(c: ConfigReader, num_layers: int, intermediate: int) -> MoESpec | None:
     if c.has("n_routed_experts"):  # DeepSeek-V2/V3/R1
         num_experts = c.int_("n_routed_experts", minimum=0)
         if num_experts == 0:
@@ -237,81 +171,11 @@ def _parse_moe(c: _Config, num_layers: int, intermediate: int) -> MoESpec | None
     )
 
 
-def _parse_mla(c: _Config) -> MLASpec | None:
-    if not c.has("kv_lora_rank"):
-        return None
-    return MLASpec(
-        q_lora_rank=c.opt_int("q_lora_rank", 0),  # null in DeepSeek-V2-Lite: no q compression
-        kv_lora_rank=c.int_("kv_lora_rank"),
-        qk_rope_head_dim=c.int_("qk_rope_head_dim"),
-        qk_nope_head_dim=c.int_("qk_nope_head_dim"),
-        v_head_dim=c.int_("v_head_dim"),
-    )
-
-
-def _parse_sparse(c: _Config) -> SparseAttentionSpec | None:
-    """DeepSeek-V3.2-style sparse attention (DeepSeek-V3.2, GLM-5): `index_topk` keys a query,
-    chosen by an indexer of `index_n_heads` heads of `index_head_dim`."""
-    if not c.has("index_topk"):
-        return None
-    if not c.has("kv_lora_rank"):
-        raise c.fail("key 'index_topk' (sparse attention) without MLA ('kv_lora_rank'): only "
-                     "DeepSeek-V3.2-style sparse attention over MLA is costed")
-    if c.opt_bool("use_sliding_window", False):
-        raise c.fail("key 'index_topk' (sparse attention) with 'use_sliding_window': the two "
-                     "are not costed together")
-    return SparseAttentionSpec(
-        topk=c.int_("index_topk"),
-        index_heads=c.int_("index_n_heads"),
-        index_head_dim=c.int_("index_head_dim"),
-    )
-
-
-def _check_softmax_attention(c: _Config) -> None:
-    """Refuse linear-attention layers, which this simulator does not cost: MiniMax's
-    `attn_type_list` marks them 0 (lightning attention, MiniMax-Text-01/M1; M2 lists only 1),
-    newer HF configs list them in `layer_types` (Qwen3-Next/Qwen3.5: "linear_attention")."""
-    kinds = c.raw.get("attn_type_list")
-    if isinstance(kinds, list) and any(k == 0 for k in kinds):
-        raise c.fail("key 'attn_type_list' marks linear-attention layers (0), which this "
-                     "simulator does not cost (softmax attention only)")
-    layer_types = c.raw.get("layer_types")
-    if isinstance(layer_types, list) and "linear_attention" in layer_types:
-        raise c.fail("key 'layer_types' lists 'linear_attention' layers, which this simulator "
-                     "does not cost (softmax attention only)")
-
-
-def _parse_sliding(c: _Config, num_layers: int) -> tuple[int | None, int]:
-    """(window, number of layers that use it)."""
-    layer_types = c.opt_str_list("layer_types")
-    if layer_types is not None:  # gpt-oss (and newer HF configs) list each layer's attention
-        if len(layer_types) != num_layers:
-            raise c.fail(
-                f"key 'layer_types' lists {len(layer_types)} layers but "
-                f"'num_hidden_layers' is {num_layers}"
-            )
-        n_sliding = sum(1 for t in layer_types if t == "sliding_attention")
-        if n_sliding == 0:
-            return None, 0
-        return c.int_("sliding_window"), n_sliding
-    if not c.has("sliding_window"):
-        return None, 0
-    if not c.opt_bool("use_sliding_window", True):
-        return None, 0  # Qwen configs carry a window that is switched off
-    window = c.int_("sliding_window")
-    if c.has("use_sliding_window") and c.has("max_window_layers"):
-        # Qwen2-style: layers at index >= max_window_layers use the window.
-        n_sliding = max(0, num_layers - c.int_("max_window_layers", minimum=0))
-    else:
-        n_sliding = num_layers  # Mistral-style: every layer
-    return (window, n_sliding) if n_sliding > 0 else (None, 0)
-
-
 def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
     """Build an Architecture from a parsed HF config.json (no network, no transformers)."""
     if not isinstance(raw, Mapping):
         raise ModelError(f"model config {name!r}: top level must be a JSON object")
-    c = _Config(_flatten(raw, name), name)
+    c = ConfigReader(_flatten(raw, name), name)
     model_type = _model_type(c)
 
     num_layers = c.int_("num_hidden_layers")
@@ -325,13 +189,16 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         )
     vocab = c.int_("vocab_size")
     ffn_key = "ffn_dim" if model_type in _FFN_DIM_MODEL_TYPES else "intermediate_size"
-    intermediate = c.int_(ffn_key)
+    # A model whose every layer is MoE may name no dense width (Qwen3.5's configs): 0 until
+    # the MoE pattern says whether a dense layer needs one.
+    intermediate = (c.int_(ffn_key) if c.has(ffn_key) or not c.has("moe_intermediate_size")
+                    else 0)
     if c.has("max_position_embeddings") or not c.has("max_sequence_length"):
         max_pos = c.int_("max_position_embeddings")
     else:
         max_pos = c.int_("max_sequence_length")  # original LLaMA-1 exports
 
-    mla = _parse_mla(c)
+    mla = parse_mla(c)
     if mla is not None:
         # The width of one query/key head (nope + rope part); values use v_head_dim.
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
@@ -348,10 +215,10 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
     hidden_act = (c.opt_str("hidden_act") or c.opt_str("activation_function") or "silu").lower()
     gated = model_type in _GATED_MODEL_TYPES or hidden_act in _GATED_ACTIVATIONS
     attention_bias = c.opt_bool("attention_bias", model_type in _QKV_BIAS_MODEL_TYPES)
-    _check_softmax_attention(c)
-    window, n_sliding = _parse_sliding(c, num_layers)
+    check_softmax_attention(c)
+    window, n_sliding = parse_sliding(c, num_layers)
 
-    return Architecture(
+    arch = Architecture(
         name=name,
         num_layers=num_layers,
         hidden_size=hidden,
@@ -370,9 +237,17 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         moe=_parse_moe(c, num_layers, intermediate),
         mla=mla,
         attention_sinks=model_type == "gpt_oss",
-        num_mtp_layers=c.opt_int("num_nextn_predict_layers", 0),
+        # DeepSeek names its MTP modules num_nextn_predict_layers, Qwen3.5 mtp_num_hidden_layers.
+        num_mtp_layers=c.opt_int("num_nextn_predict_layers",
+                                 c.opt_int("mtp_num_hidden_layers", 0)),
         bf16_modules=bf16_modules(c.raw),
-        sparse=_parse_sparse(c),
+        sparse=parse_sparse(c),
         qk_norm_across_heads=(c.opt_bool("use_qk_norm", False)
                               and c.opt_str("qk_norm_type") == "per_layer"),
+        linear=parse_linear(c, num_layers),
+        attn_output_gate=c.opt_bool("attn_output_gate", False),
     )
+    if intermediate == 0 and arch.num_dense_mlp_layers:
+        raise c.fail(f"missing required key {ffn_key!r} (the width of its "
+                     f"{arch.num_dense_mlp_layers} dense MLP layers)")
+    return arch

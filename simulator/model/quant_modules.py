@@ -17,9 +17,12 @@ from simulator.model.architecture import ATTENTION_GROUPS
 _ATTENTION_IN = {
     "q_proj", "k_proj", "v_proj", "qkv_proj", "query_key_value", "Wqkv",
     "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "fused_qkv_a_proj_with_mqa",
+    "in_proj_qkvz", "in_proj_ba",  # Gated DeltaNet (Qwen3-Next, Qwen3.5 linear_attn)
 }
 _ATTENTION_OUT = {"o_proj", "out_proj", "wo"}
-_ATTENTION = {"self_attn", "attn", "attention", "self_attention"}
+# The token mixer as a whole: softmax attention, or a hybrid's Gated DeltaNet (linear_attn),
+# whose projections the cost model counts in the same attention groups.
+_ATTENTION = {"self_attn", "attn", "attention", "self_attention", "linear_attn"}
 
 
 def bf16_modules(raw: Mapping[str, Any]) -> frozenset[str]:

@@ -182,6 +182,8 @@ def _build_engine(
     style = engine_style(dep.engine, dep.engine_version)
     if not dep.cuda_graphs:
         style = style.eager()
+    if arch.linear is not None:
+        style = style.for_hybrid()
     style = style.with_layers(arch.num_layers / layout.pipeline_parallel)
     budget = memory_budget(
         arch,
@@ -192,8 +194,19 @@ def _build_engine(
         s.max_num_batched_tokens,
         s.max_num_seqs,
         fraction_of_free=style.memory_fraction_of == "free",
+        state_pool_share=style.state_pool_share,
+        state_slots_per_request=style.state_slots_per_request,
     )
     require_fit(arch, hw, layout, formats, budget)
+    max_seqs = s.max_num_seqs
+    if budget.max_seqs_by_state is not None:
+        if budget.max_seqs_by_state < 1:
+            raise InputError(
+                f"deployment: {style.name}'s state pool holds no running request of "
+                f"{arch.name} ({budget.state_bytes_per_seq_per_gpu / 1e6:.0f} MB of recurrent "
+                f"state each, {style.state_slots_per_request} slots a request); use more GPUs "
+                f"or a smaller format")
+        max_seqs = min(max_seqs, budget.max_seqs_by_state)
     # Each attention-DP rank has its own KV pool: the replica's capacity split evenly.
     # Each attention-DP rank, or pipeline micro-batch slot, has its own share of the KV pool.
     shares = layout.attention_data_parallel * microbatch_slots(layout)
@@ -207,7 +220,7 @@ def _build_engine(
     if dep.overhead is not None:
         style = style.with_host_cost(dep.overhead.step_s, dep.overhead.per_seq_s)
     cfg = SchedulerConfig(
-        s.max_num_seqs,
+        max_seqs,
         s.max_num_batched_tokens,
         s.chunked_prefill,
         s.policy,
@@ -308,6 +321,7 @@ def _kv_link(
             gb_per_s=kv.gb_per_s,
             latency_s=kv.latency_s,
             layerwise=kv.layerwise,
+            state_bytes_per_request_per_gpu=decode.memory.state_bytes_per_seq_per_gpu,
         )
         for side in (prefill_hw, hw)
     ]

@@ -1,0 +1,128 @@
+"""The recurrence of a hybrid model's Gated DeltaNet layers (Qwen3-Next, Qwen3.5): FLOPs and
+bytes from batch aggregates, the linear-attention counterpart of `attention.py`.
+
+Each value head keeps a key-dim x value-dim state S. A decode token updates it by the gated
+delta rule, S <- a S (I - b k k^T) + b v k^T, and reads out o = S^T q (Yang, Kautz and
+Hatamizadeh, "Gated Delta Networks", ICLR 2025, eq. 10): the decay (dk dv multiplies), S k,
+the rank-one update and S^T q, about 7 dk dv FLOPs, and the whole state read and written once
+per sequence and step. The state does not grow with the context, so neither does this cost.
+
+A prompt runs the paper's chunkwise form over chunks of C tokens (section 3.2, the WY
+representation): per chunk K K^T, Q K^T (2 C^2 dk each), the WY factors T K and T V
+(2 C^2 dk, 2 C^2 dv), the masked scores times the new values (2 C^2 dv), and three products
+with the state (W S, Q S, K^T U: 2 C dk dv each), plus the C x C triangular inverse (C^3 / 3).
+Per token: 6 dk dv + C (6 dk + 4 dv) + C^2 / 3. Each chunk's state is written to HBM in BF16
+and read back for the outputs (as the flash-linear-attention kernels that vLLM and SGLang run
+do: chunk_gated_delta_rule_fwd_h keeps one state per chunk); each prompt also reads and writes
+its sequence's state once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cost.kernels import Kernels
+from simulator.cost.ops import OpCost
+from simulator.cost.shape import BatchShape
+from simulator.model.architecture import LinearAttentionSpec
+from simulator.model.precision import BF16_BYTES
+
+# The chunk length of the chunkwise prefill kernels (flash-linear-attention's
+# chunk_gated_delta_rule, used by vLLM and SGLang for Qwen3-Next and Qwen3.5: chunk_size 64).
+CHUNK_TOKENS = 64
+# FLOPs of one recurrent (decode) token per value head, in units of dk x dv: the decay, S k,
+# the rank-one update and S^T q (module docstring).
+DECODE_STATE_PASSES = 7
+
+
+@dataclass(frozen=True, slots=True)
+class LinearConsts:
+    """Per-GPU constants of the recurrence for one layout: FLOPs per token, bytes per token
+    and per sequence, and how many layers run it."""
+
+    prefill_flops_per_token: float  # all of this GPU's value heads, one layer
+    decode_flops_per_token: float
+    io_bytes_per_token: float  # q, k, v read and o written, BF16
+    chunk_state_bytes_per_token: float  # the per-chunk states written and read back
+    state_bytes_per_seq: float  # one sequence's recurrent state, one layer, on this GPU
+    layers: int
+
+
+def linear_consts(lin: LinearAttentionSpec, tp: int) -> LinearConsts:
+    """The recurrence's constants on one of `tp` ranks (value and key heads split over TP)."""
+    dk, dv, c = lin.key_head_dim, lin.value_head_dim, CHUNK_TOKENS
+    heads = lin.value_heads / tp
+    prefill_per_head = 6 * dk * dv + c * (6 * dk + 4 * dv) + c * c / 3
+    io = (2 * lin.key_heads * dk + 2 * lin.value_heads * dv) / tp * BF16_BYTES
+    state = heads * lin.state_elements_per_head
+    return LinearConsts(
+        prefill_flops_per_token=heads * prefill_per_head,
+        decode_flops_per_token=heads * DECODE_STATE_PASSES * dk * dv,
+        io_bytes_per_token=io,
+        chunk_state_bytes_per_token=2 * state * BF16_BYTES / c,
+        state_bytes_per_seq=state * lin.state_bytes_per_element,
+        layers=lin.num_layers,
+    )
+
+
+def linear_terms(
+    consts: LinearConsts, b: BatchShape, dp: int
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """(FLOPs, bytes) over all linear layers, per GPU, of the prefill and of the decode part
+    of batch `b`, split evenly over `dp` attention-DP ranks; None where the part is empty. A
+    speculative step verifies 1 + k tokens per sequence in one recurrent pass (the state read
+    and written once; keeping the drafts' intermediate states is not costed)."""
+    c, layers = consts, consts.layers
+    prefill = decode = None
+    if b.prefill_tokens > 0:
+        tokens = b.prefill_tokens / dp
+        flops = c.prefill_flops_per_token * tokens
+        nbytes = (c.io_bytes_per_token + c.chunk_state_bytes_per_token) * tokens
+        nbytes += 2 * c.state_bytes_per_seq * b.prefill_seqs / dp
+        prefill = (flops * layers, nbytes * layers)
+    if b.decode_seqs > 0:
+        decode = linear_decode_terms(consts, b.decode_seqs, 1 + b.speculative_tokens_per_seq, dp)
+    return prefill, decode
+
+
+def linear_decode_terms(
+    consts: LinearConsts, decode_seqs: int, q_per_seq: int, dp: int
+) -> tuple[float, float]:
+    """(FLOPs, bytes) over all linear layers, per GPU, of `decode_seqs` sequences each
+    decoding `q_per_seq` tokens: independent of their contexts."""
+    seqs = decode_seqs / dp
+    tokens = seqs * q_per_seq
+    flops = consts.decode_flops_per_token * tokens
+    nbytes = consts.io_bytes_per_token * tokens + 2 * consts.state_bytes_per_seq * seqs
+    return flops * consts.layers, nbytes * consts.layers
+
+
+def linear_consts_of(k: Kernels) -> LinearConsts | None:
+    """The Gated DeltaNet recurrence's constants on this layout; None unless hybrid."""
+    a = k.arch
+    return None if a.linear is None else linear_consts(a.linear, k.layout.tensor_parallel)
+
+
+def linear_rates(k: Kernels) -> tuple[float, float]:
+    """(FLOP/s, bytes/s) of the Gated DeltaNet kernels: those of generic attention (the
+    Triton kernels of flash-linear-attention run on the same tensor cores and HBM; no
+    measured rate of their own is known)."""
+    return k.attention_flops_per_s, k.hw.hbm_bytes_per_s * k.hw.attention_hbm_fraction
+
+
+def linear_projection_ops(k: Kernels, rank_tokens: int) -> list[OpCost]:
+    """A hybrid model's Gated DeltaNet layers around their recurrence, on one rank's tokens:
+    the input projections (q, k, v, the output gate z; beta and the decay), the causal
+    conv over q, k and v and the gated RMSNorm (each reads and writes its channels once),
+    and the output projection; every width split over TP."""
+    a, tp = k.arch, k.layout.tensor_parallel
+    assert a.linear is not None
+    lin, h, ma = a.linear, a.hidden_size, rank_tokens
+    bf16_in, bf16_out = a.keeps_bf16("attention_in"), a.keeps_bf16("attention_out")
+    conv_norm_bytes = ma * (2 * lin.conv_channels + 3 * lin.value_width) / tp * BF16_BYTES
+    return [
+        k.gemm("gdn_in_proj", ma, (lin.qkvz_width + lin.ba_width) // tp, h, lin.num_layers,
+               bf16=bf16_in),
+        k.elementwise("gdn_conv_norm", lin.num_layers * conv_norm_bytes, 2 * lin.num_layers),
+        k.gemm("gdn_out_proj", ma, h, lin.value_width // tp, lin.num_layers, bf16=bf16_out),
+    ]
