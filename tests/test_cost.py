@@ -431,7 +431,7 @@ def test_405b_bf16_tp4_does_not_fit_h100() -> None:
     with pytest.raises(MemoryFitError) as info:
         require_fit(arch, H100, layout, Formats(), budget)
     msg = str(info.value)
-    assert "needs 2" in msg and "80 GB" in msg
+    assert "needs 2" in msg and "86 GB" in msg  # 81,559 MiB = 85.5e9 bytes
     need = int(re.search(r"needs (\d+) GB", msg).group(1))
     assert 203 <= need <= 205
 
@@ -443,10 +443,10 @@ def test_deepseek_v3_fp8_fits_h200_not_h100() -> None:
     fits = memory_budget(arch, h200, layout, FP8_ALL)
     assert fits.fits and fits.kv_capacity_tokens > 0
     require_fit(arch, h200, layout, FP8_ALL, fits)
-    # ~671e9 params / 8 at ~1 byte = ~85 GB of weights per GPU > 72 GB usable of 80
+    # ~671e9 params / 8 at ~1 byte = ~85 GB of weights per GPU > 77 GB usable of 85.5
     tight = memory_budget(arch, H100, layout, FP8_ALL)
     assert 80e9 < tight.weights_bytes_per_gpu < 90e9
-    with pytest.raises(MemoryFitError, match="80 GB"):
+    with pytest.raises(MemoryFitError, match="86 GB"):
         require_fit(arch, H100, layout, FP8_ALL, tight)
 
 
@@ -599,15 +599,15 @@ def test_sliding_window_layers_hold_one_window_per_sequence() -> None:
 
 def test_trtllm_memory_fraction_is_of_free_memory() -> None:
     """vLLM: weights + activations + KV <= 0.9 x HBM. TensorRT-LLM: KV = 0.9 x (HBM - weights -
-    activations). Llama-3.3-70B FP8 at TP1 on H200 (141 GB): with W + A bytes taken first,
-    the TRT-LLM pool is 0.9 x (141e9 - W - A) and the vLLM pool 0.9 x 141e9 - W - A; the
-    difference is exactly 0.1 x (W + A)."""
+    activations). Llama-3.3-70B FP8 at TP1 on H200 (140.4 GiB = 150.8e9 bytes as CUDA reports
+    it): with W + A bytes taken first, the TRT-LLM pool is 0.9 x (HBM - W - A) and the vLLM
+    pool 0.9 x HBM - W - A; the difference is exactly 0.1 x (W + A)."""
     arch, hw = load_architecture("llama-3.3-70b"), load_hardware("h200-sxm")
     layout, formats = ParallelLayout(), Formats("fp8", "fp8", "fp8")
     total = memory_budget(arch, hw, layout, formats, 0.9, 8192, 256)
     free = memory_budget(arch, hw, layout, formats, 0.9, 8192, 256, fraction_of_free=True)
     taken = total.weights_bytes_per_gpu + total.activation_bytes_per_gpu
-    assert free.kv_bytes_per_gpu == pytest.approx(0.9 * (141e9 - taken), rel=1e-12)
+    assert free.kv_bytes_per_gpu == pytest.approx(0.9 * (140.4 * 2**30 - taken), rel=1e-12)
     assert free.kv_bytes_per_gpu - total.kv_bytes_per_gpu == pytest.approx(0.1 * taken, rel=1e-9)
 
 

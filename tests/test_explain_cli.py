@@ -79,7 +79,7 @@ def test_explain_text_names_the_bound(capsys: pytest.CaptureFixture[str]) -> Non
         ),
         (
             ["explain", "llama-3.1-405b", "--gpu", "h100-sxm", "--tp", "4", "--precision", "bf16"],
-            ["needs 2", "GB", "80 GB"],
+            ["needs 2", "GB", "86 GB"],
         ),
         (
             ["explain", "llama-3.1-70b", "--gpu", "h100-sxm", "--precision", "fp7"],

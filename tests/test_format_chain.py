@@ -17,10 +17,10 @@ from simulator.cost.format_chain import format_notes
 from simulator.hardware.profile import load_hardware
 from simulator.model.load import load_architecture
 
-# One H100 at 30 % memory: a small cache, so 64 users of 2,000-token sequences overflow it.
+# One H100 at 28 % memory: a small cache, so 64 users of 2,000-token sequences overflow it.
 PRESSURE: dict[str, Any] = {
     "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
-    "deployment": {"tensor_parallel": 1, "gpu_memory_utilization": 0.3},
+    "deployment": {"tensor_parallel": 1, "gpu_memory_utilization": 0.28},
     "workload": {"arrival": {"kind": "closed_loop", "concurrency": 64},
                  "input_tokens": {"kind": "fixed", "value": 1000},
                  "output_tokens": {"kind": "fixed", "value": 1000},
@@ -56,9 +56,10 @@ def test_fp8_kv_cuts_preemptions_and_queueing_under_load() -> None:
     wide, narrow = _run("bf16"), _run("fp8")
     cw, cn = wide["kv_chain"], narrow["kv_chain"]
     assert cn["kv_capacity_tokens"] == pytest.approx(cw["kv_capacity_tokens"] * 1.9995, rel=1e-4)
-    # 2,000-token sequences in 16-token blocks: 125 blocks each. BF16: 51,379 tokens = 3,211
-    # blocks -> 25 sequences; FP8: 102,733 tokens = 6,420 blocks -> 51 sequences.
-    assert (cw["max_batch_that_fits"], cn["max_batch_that_fits"]) == (25, 51)
+    # 2,000-token sequences in 16-token blocks: 125 blocks each. BF16: 50,971 tokens = 3,185
+    # blocks -> 25 sequences; FP8: 101,918 tokens = 6,369 blocks -> 50 sequences.
+    assert cw["kv_capacity_tokens"] == 50_971 and cn["kv_capacity_tokens"] == 101_918
+    assert (cw["max_batch_that_fits"], cn["max_batch_that_fits"]) == (25, 50)
     assert cw["batch_limited_by"] == cn["batch_limited_by"] == "kv_cache"
     assert narrow["preemptions"] < wide["preemptions"]
     assert cn["queue_s_p99"] < cw["queue_s_p99"]

@@ -49,10 +49,10 @@ def test_hybrid_kv_capacity_against_the_dense_twin() -> None:
     """Only the 15 full-attention layers cache keys and values: 15 x 2 x 1 KV head per rank
     (2 heads over TP 4: replicated) x 256 x 2 bytes = 15,360 bytes a token, a quarter of the
     same model with all 60 layers attending (Qwen3-Next's 3:1 Gated DeltaNet-to-attention
-    layout). On a B200 at TP 4 the dense twin's 61.88 GB of KV hold 61.88e9 / 61,440 = 1.007M
+    layout). On a B200 at TP 4 the dense twin's 72.28 GB of KV hold 72.28e9 / 61,440 = 1.176M
     tokens; the hybrid's weights are 0.10 GB heavier (the Gated DeltaNet projections against
     attention's) and one state is reserved for each of 256 sequences (12.29 GB), leaving
-    49.49 GB / 15,360 = 3.22M tokens: 3.2 times as many."""
+    59.89 GB / 15,360 = 3.90M tokens: 3.3 times as many."""
     tp4 = ParallelLayout(tensor_parallel=4)
     dense = dataclasses.replace(QWEN35, linear=None)
     assert kv_bytes_per_token_per_gpu(QWEN35, tp4, "bf16") == 15 * 2 * 256 * 2
@@ -61,11 +61,11 @@ def test_hybrid_kv_capacity_against_the_dense_twin() -> None:
     hybrid = memory_budget(QWEN35, hw, tp4, FP8, max_seqs=256)
     twin = memory_budget(dense, hw, tp4, FP8, max_seqs=256)
     assert hybrid.state_reserve_bytes_per_gpu == 256 * 192_061_440 / 4
-    assert twin.kv_capacity_tokens == int(twin.kv_bytes_per_gpu // 61_440) == 1_007_150
+    assert twin.kv_capacity_tokens == int(twin.kv_bytes_per_gpu // 61_440) == 1_176_421
     assert hybrid.kv_bytes_per_gpu == pytest.approx(
         twin.kv_bytes_per_gpu - (hybrid.weights_bytes_per_gpu - twin.weights_bytes_per_gpu)
         - 256 * 48_015_360)
-    assert hybrid.kv_capacity_tokens == int(hybrid.kv_bytes_per_gpu // 15_360) == 3_221_781
+    assert hybrid.kv_capacity_tokens == int(hybrid.kv_bytes_per_gpu // 15_360) == 3_898_864
 
 
 def test_sglang_state_pool_caps_running_requests() -> None:

@@ -221,15 +221,18 @@ def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
     """The largest TTFT jump sits where the KV cache stops holding every running request:
     preemptions start there, or (one point on) the requests it cannot hold queue. Each step
     here carries two 4000-token prompts (~0.57 s), and the one-step scheduling lookahead adds
-    one such step to every TTFT, which flattens the first jump next to the second."""
+    one such step to every TTFT, which flattens the first jump next to the second. Before the
+    cliff TTFT moves under 4 % a step of 8 users; the cliff's jump is over 1.5x (57 requests
+    fit on two H100s as CUDA reports their memory: the jump from 64 to 72 users is 1.8x)."""
     headlines, page = runs["jagged"]
     assert headlines[0].startswith("The largest jump")
     assert "preemptions rise" in headlines[1] or "queue wait grows" in headlines[1]
     rows = sorted(_rows(page), key=lambda r: _n(r, "workload.arrival.concurrency"))
     ttft = [_n(r, "ttft_s.p50") for r in rows]
     jumps = [b / a for a, b in itertools.pairwise(ttft)]
-    assert max(jumps) > 1.9
+    assert max(jumps) > 1.5
     i = jumps.index(max(jumps))
+    assert all(j < 1.04 for j in jumps[:i - 1])  # smooth before the cliff
     assert _n(rows[i + 1], "preemptions") > 0  # past the KV cliff
 
 

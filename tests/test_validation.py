@@ -110,9 +110,15 @@ RANK_TIE = 0.05
 
 # Known misorderings, each a measured pair the simulator orders the other way; kept out of the
 # ranking check and asserted to be still misordered, so a fix fails the test and asks for its
-# removal. None left: the two gpt-oss-120b H100 TP8 8k/1k vs 1k/1k pairs are ordered right
-# since the weight-only (Marlin) refit.
-MISRANKED: set[tuple[str, str]] = set()
+# removal. The two gpt-oss-120b H100 TP8 8k/1k vs 1k/1k pairs are ordered right since the
+# weight-only (Marlin) refit. Llama-3.1-8B FP8 on one H200 under TensorRT-LLM: 128/2048
+# measured 26,221 tok/s against 27,911 at 128/128 (6 % apart), predicted 24,493 against
+# 24,440, a tie in the model (0.2 %) since memory is what CUDA reports (140.4 GiB): the larger
+# KV pool lifts the long-output run's batch, while 128/128 is held by its step budget.
+MISRANKED: set[tuple[str, str]] = {
+    ("trtllm-llama-3.1-8b-h200-sxm-tp1-fp8-128-2048",
+     "trtllm-llama-3.1-8b-h200-sxm-tp1-fp8-128-128"),
+}
 
 
 def test_ranking_within_model_and_gpu_matches_measurements(result: dict) -> None:

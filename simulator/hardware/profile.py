@@ -56,6 +56,11 @@ class ComputeSpec(StrictSpec):
 
 class MemorySpec(StrictSpec):
     hbm_gb: Positive  # decimal GB, as datasheets print it
+    # The memory the CUDA driver reports (cudaMemGetInfo's total, nvidia-smi memory.total), in
+    # binary GiB: what engines size weights, activations and KV pools against. Datasheets'
+    # "GB" are close to this in GiB, not in 1e9 bytes (B200: 180 GB printed, 178.4 GiB =
+    # 191.6e9 bytes reported). Absent: hbm_gb x 1e9.
+    device_gib: Positive | None = None
     hbm_tb_per_s: Positive
     l2_mb: Positive
     source: str
@@ -242,7 +247,8 @@ def _to_hardware(f: HardwareFile) -> Hardware:
         architecture=f.architecture,
         dense_flops_per_s={k: v * 1e12 for k, v in f.compute.dense_tflops.items()},
         sm_count=f.compute.sm_count,
-        hbm_bytes=f.memory.hbm_gb * 1e9,
+        hbm_bytes=(f.memory.hbm_gb * 1e9 if f.memory.device_gib is None
+                   else f.memory.device_gib * 2**30),
         hbm_bytes_per_s=f.memory.hbm_tb_per_s * 1e12,
         l2_bytes=f.memory.l2_mb * 1e6,
         scale_up_bytes_per_s=f.scale_up.gb_per_s_per_direction * 1e9,

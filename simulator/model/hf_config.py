@@ -5,7 +5,8 @@ Qwen2/Qwen3 (explicit `head_dim`), Qwen-MoE (`num_experts`, `decoder_sparse_step
 `mlp_only_layers`), Mixtral, gpt-oss and MiniMax-M2 (`num_local_experts`), DeepSeek-V2/V3/R1 and
 Kimi-K2 (MLA keys plus `n_routed_experts`), GLM-5 (sparse attention), Qwen3-Next and Qwen3.5
 (Gated DeltaNet hybrids: `layer_types` "linear_attention" with the linear_* keys); a multimodal
-wrapper's `text_config` (Kimi-K2.5, Qwen3.5) is read as the decoder. Any other decoder that carries the standard keys parses as a dense model.
+wrapper's `text_config` (Kimi-K2.5, Qwen3.5) is read as the decoder. Any other decoder that
+carries the standard keys parses as a dense model.
 
 Every problem with the input is reported as one `ModelError` sentence naming the key; a
 KeyError or TypeError never escapes.
