@@ -189,3 +189,19 @@ def test_sglang_serves_a_hybrid_without_overlap_and_within_its_state_pool() -> N
                            state_pool_share=sglang.state_pool_share,
                            state_slots_per_request=sglang.state_slots_per_request)
     assert budget.max_seqs_by_state is not None and 100 < budget.max_seqs_by_state < 300
+
+
+@pytest.mark.parametrize(("name", "total_b", "active_b", "linear", "full"), [
+    ("qwen3.5-122b-a10b", 122, 10, 36, 12),
+    ("qwen3.5-35b-a3b", 35, 3, 30, 10),
+    ("qwen3.5-27b", 27, 27, 48, 16),
+])
+def test_the_other_qwen35_sizes_match_their_names(name: str, total_b: float, active_b: float,
+                                                  linear: int, full: int) -> None:
+    """Each size's name gives its parameters (and active ones) in billions: counted here
+    within 4 % (the vision tower is left out; Qwen3.5-35B-A3B counts 3.45B active). Three of
+    every four layers are Gated DeltaNet in each."""
+    arch = load_architecture(name)
+    assert arch.total_params == pytest.approx(total_b * 1e9, rel=0.04)
+    assert arch.active_params == pytest.approx(active_b * 1e9, rel=0.16)
+    assert (arch.num_linear_layers, arch.softmax_attention_layers) == (linear, full)

@@ -93,9 +93,10 @@ def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
         # NVFP4 rows: NVIDIA's ModelOpt checkpoint declares an FP8 KV cache (scenario.py)
         "precision": {"weights": "nvfp4", "activations": "nvfp4", "kv_cache": "fp8"},
         "engine": "sglang", "engine_version": "0.5.9",
-        # SGLang as the benchmark generator launches it: --max-prefill-tokens ISL + 1500
+        # SGLang as the benchmark generator launches it: --max-prefill-tokens ISL + 1500 and,
+        # aggregated, --enable-mixed-chunk
         "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8192,
-                      "max_prefill_tokens": 1024 + 1500},
+                      "max_prefill_tokens": 1024 + 1500, "mix_prefill_decode": True},
     }
     assert m.scenario["hardware"] == {"gpu": "b200", "gpus_per_node": 8, "nodes": 1}
     assert m.scenario["workload"] == {

@@ -43,6 +43,20 @@ def test_trtllm_switch_restores_the_schema_defaults(tmp_path: Path) -> None:
     assert SWITCH["b5"].scenario(vllm) == vllm  # other engines untouched
 
 
+def test_sglang_aggregated_workers_mix_prefill_as_generated(tmp_path: Path) -> None:
+    """The generator writes --enable-mixed-chunk for aggregated SGLang workers only: the mapped
+    aggregated pool mixes, P/D pools keep the engine's default, and b6 takes the key away."""
+    sgl_pd = {**DISAGG, "id": "sgl-pd", "backend": "sglang", "backend_version": "0.5.9"}
+    vllm, sgl, pd = _scenarios(tmp_path, [DENSE, AGG_DP8, sgl_pd])
+    assert sgl["deployment"]["engine"] == pd["deployment"]["prefill"]["engine"] == "sglang"
+    assert sgl["deployment"]["scheduler"]["mix_prefill_decode"] is True
+    for side in ("prefill", "decode"):
+        assert "mix_prefill_decode" not in pd["deployment"][side]["scheduler"]
+    assert "mix_prefill_decode" not in vllm["deployment"]["scheduler"]
+    assert "mix_prefill_decode" not in SWITCH["b6"].scenario(sgl)["deployment"]["scheduler"]
+    assert SWITCH["b6"].scenario(vllm) == vllm
+
+
 def test_kv_switch_and_token_tile_switch(tmp_path: Path) -> None:
     [nvfp4] = _scenarios(tmp_path, [AGG_DP8])
     assert nvfp4["deployment"]["precision"]["kv_cache"] == "fp8"
@@ -85,12 +99,12 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert (result["runs"], result["usable"], result["overall"]["runs"]) == (3, 3, 3)
     assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
                                      "b200 vllm aggregated"}
-    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5"]
+    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5", "b6"]
     # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
     on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
     assert on != tile_off
     lines = measured_markdown(result, "r.csv")
     assert lines[0] == "## Measured runs of real engines, cause by cause"
-    assert sum(ln.startswith("| b") for ln in lines) == 5 + 2  # 5 causes, 2 b200 groups
+    assert sum(ln.startswith("| b") for ln in lines) == 6 + 2  # 6 causes, 2 b200 groups
     missing = measured_markdown(None, "nowhere.csv")
     assert any("`nowhere.csv` was not found" in ln for ln in missing)

@@ -107,6 +107,10 @@ class Scheduler(_Strict):
     # New prompt tokens one prefill step admits (SGLang --max-prefill-tokens); None takes the
     # engine style's default (engines/engine_styles.yaml; SGLang 16384, others no cap).
     max_prefill_tokens: PosInt | None = None
+    # Whether a step may carry prefill beside the running decodes (SGLang --enable-mixed-chunk,
+    # off by default there; vLLM and TensorRT-LLM always mix); None takes the engine style's
+    # default (engines/engine_styles.yaml mix_prefill_decode).
+    mix_prefill_decode: bool | None = None
 
     @field_validator("block_size")
     @classmethod
@@ -211,7 +215,8 @@ class _Worker(_Strict):
     moe_kernel: Literal["fused", "unfused"] = "fused"
     # Host cost per step and per sequence; None: the engine style's (or a calibration's).
     overhead: Overhead | None = None
-    # Share of GPU memory the engine may use (weights, activations, KV cache).
+    # Share of GPU memory the engine may use (weights, activations, KV cache), of the memory
+    # CUDA reports (the profile's memory.device_gib: an H100 has 79.65 GiB = 85.5 GB).
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # the engine's context window (vLLM --max-model-len); None: the model's
     max_model_len: PosInt | None = None

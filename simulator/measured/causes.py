@@ -59,6 +59,15 @@ def _trtllm_defaults(s: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def _sglang_unmixed(s: dict[str, Any]) -> dict[str, Any]:
+    """SGLang pools back on the engine's default: prefill batches apart from decodes
+    (scenario.py SGLANG_AGG_MIXED_CHUNK)."""
+    s = copy.deepcopy(s)
+    for pool in _pools(s):
+        pool["scheduler"].pop("mix_prefill_decode", None)
+    return s
+
+
 def _bf16_kv(s: dict[str, Any]) -> dict[str, Any]:
     s = copy.deepcopy(s)
     for pool in _pools(s):
@@ -94,6 +103,8 @@ CAUSES: tuple[Cause, ...] = (
           "q/k normalised per head, no all-reduce", engine=_per_head_qk_norm),
     Cause("b5", "TensorRT-LLM's generated engine arguments",
           "chunked prefill on, 16-token blocks, 0.9 of memory", scenario=_trtllm_defaults),
+    Cause("b6", "SGLang's mixed chunk (--enable-mixed-chunk, aggregated)",
+          "prefill batches apart from the decodes", scenario=_sglang_unmixed),
 )
 
 

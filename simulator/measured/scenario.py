@@ -47,6 +47,11 @@ DEFAULT_TOKEN_BUDGET: int = Scheduler.model_fields["max_num_batched_tokens"].def
 # enable_chunked_prefill false, tokens_per_block 32 (trtllm.rule), and
 # kv_cache_config.free_gpu_memory_fraction 0.80 (TensorRT-LLM's own default is 0.9).
 BENCH_BUDGET_MARGIN = 1500
+# The generator's SGLang rules set `agg enable_mixed_chunk = true` (rule_plugin/benchmark/
+# sglang.rule and rule_plugin/sglang.rule, from 71bb3d00e on), written as --enable-mixed-chunk
+# by its SGLang templates (cli_args.j2, cli_args.0.5.9.j2): aggregated SGLang workers mix new
+# prompts into the running decode batch (scheduler.py is_mixed_chunk, with chunked prefill on).
+SGLANG_AGG_MIXED_CHUNK = True
 TRTLLM_TOKENS_PER_BLOCK = 32
 TRTLLM_FREE_MEMORY_FRACTION = 0.8
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
@@ -252,15 +257,21 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
 
 
 def _bench_budget(engine: str, role: str, seqs: int, isl: int,
-                  defaults: list[str]) -> dict[str, int]:
+                  defaults: list[str]) -> dict[str, Any]:
     """The step budget the benchmark's generator deploys a worker with (BENCH_BUDGET_MARGIN's
     source), as scheduler keys; `role` is '' (aggregated), 'prefill' or 'decode'."""
     if engine == "sglang":
         _declare(defaults, f"max_prefill_tokens ISL + {BENCH_BUDGET_MARGIN} (the benchmark "
                            f"generator's; not recorded); max_num_batched_tokens "
                            f"max({DEFAULT_TOKEN_BUDGET}, max_num_seqs)")
-        return {"max_num_batched_tokens": max(DEFAULT_TOKEN_BUDGET, seqs),
-                "max_prefill_tokens": isl + BENCH_BUDGET_MARGIN}
+        keys: dict[str, Any] = {"max_num_batched_tokens": max(DEFAULT_TOKEN_BUDGET, seqs),
+                                "max_prefill_tokens": isl + BENCH_BUDGET_MARGIN}
+        if not role:
+            _declare(defaults, "SGLang mixes prefill with the running decodes "
+                               "(--enable-mixed-chunk, as the benchmark generator writes it for "
+                               "aggregated workers; not recorded)")
+            keys["mix_prefill_decode"] = SGLANG_AGG_MIXED_CHUNK
+        return keys
     budget = {"": seqs + isl + BENCH_BUDGET_MARGIN, "prefill": isl + BENCH_BUDGET_MARGIN,
               "decode": seqs}[role]
     _declare(defaults, f"max_num_batched_tokens: the benchmark generator's {engine} budget "

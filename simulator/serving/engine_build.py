@@ -227,7 +227,7 @@ def _build_engine(
         s.block_size,
         num_blocks,
         style.kv_admission == "reserve_full",
-        style.mix_prefill_decode,
+        style.mix_prefill_decode if s.mix_prefill_decode is None else s.mix_prefill_decode,
         recv_interval_steps=s.recv_interval_steps,
         max_prefill_tokens=(
             s.max_prefill_tokens if s.max_prefill_tokens is not None else style.max_prefill_tokens
