@@ -140,3 +140,14 @@ def test_models_list_has_every_catalog_model(capsys: pytest.CaptureFixture[str])
     code, out, _ = run_main(["models", "list", "--json"], capsys)
     assert code == 0
     assert [d["name"] for d in json.loads(out)] == catalog_names()
+
+
+def test_models_list_names_hybrid_and_sparse_layers(capsys: pytest.CaptureFixture[str]) -> None:
+    """Qwen3.5-397B: 45 of its 60 layers are Gated DeltaNet; GLM-5 attends sparsely."""
+    code, out, err = run_main(["models", "list", "--json"], capsys)
+    assert code == 0, err
+    rows = {d["name"]: d for d in json.loads(out)}
+    assert rows["qwen3.5-397b-a17b"]["linear_attention_layers"] == 45
+    assert rows["glm-5"]["sparse_attention"] and not rows["llama-3.1-8b"]["sparse_attention"]
+    code, out, _ = run_main(["models", "list"], capsys)
+    assert "GQA 32/2 + 45 GDN layers" in out and "MLA 64/64 DSA" in out

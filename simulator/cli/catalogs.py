@@ -89,6 +89,9 @@ def models_list(as_json: bool) -> None:
         a = load_architecture(name)
         kind = "MLA" if a.mla else ("MHA" if a.num_kv_heads == a.num_attention_heads else "GQA")
         moe = f"{a.moe.experts_per_token}/{a.moe.num_experts}" if a.moe else "-"
+        # Beside the attention: a sparse model's indexer, a hybrid's Gated DeltaNet layers.
+        extra = (" DSA" if a.sparse else "") + (
+            f" + {a.num_linear_layers} GDN layers" if a.linear else "")
         data.append(
             {
                 "name": name,
@@ -98,6 +101,8 @@ def models_list(as_json: bool) -> None:
                 "hidden_size": a.hidden_size,
                 "attention": kind,
                 "experts": moe,
+                "sparse_attention": a.sparse is not None,
+                "linear_attention_layers": a.num_linear_layers,
             }
         )
         rows.append(
@@ -107,7 +112,7 @@ def models_list(as_json: bool) -> None:
                 f"{a.active_params / 1e9:.1f}B",
                 str(a.num_layers),
                 str(a.hidden_size),
-                f"{kind} {a.num_attention_heads}/{a.num_kv_heads}",
+                f"{kind} {a.num_attention_heads}/{a.num_kv_heads}{extra}",
                 moe,
             ]
         )
