@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import simulator
 from simulator.cost import BatchShape, Formats, ParallelLayout, StepModel
 from simulator.cost.linear_attention import linear_consts, linear_terms
 from simulator.cost.memory import kv_bytes_per_token_per_gpu, memory_budget
@@ -205,3 +206,58 @@ def test_the_other_qwen35_sizes_match_their_names(name: str, total_b: float, act
     assert arch.total_params == pytest.approx(total_b * 1e9, rel=0.04)
     assert arch.active_params == pytest.approx(active_b * 1e9, rel=0.16)
     assert (arch.num_linear_layers, arch.softmax_attention_layers) == (linear, full)
+
+
+def _hybrid(engine: str, **deployment: object) -> dict[str, object]:
+    return {
+        "model": "qwen3.5-35b-a3b", "hardware": {"gpu": "h100-sxm"},
+        "deployment": {"tensor_parallel": 1, "engine": engine,
+                       "precision": {"weights": "fp8", "activations": "fp8", "kv_cache": "bf16"},
+                       **deployment},
+        "workload": {"arrival": {"kind": "closed_loop", "concurrency": 48},
+                     "input_tokens": {"kind": "fixed", "value": 2000},
+                     "output_tokens": {"kind": "fixed", "value": 300},
+                     "num_requests": 150, "seed": 0},
+    }
+
+
+def test_vllm_pages_each_running_states_in_its_kv_pool() -> None:
+    """Qwen3.5-35B-A3B on one H100, BF16 KV: 10 attention layers x 2 KV heads x 256 x 2 x 2
+    bytes = 20,480 bytes a token; a state is 30 x (32 x 128 x 128 x 4 + 8,192 x 3 x 2) =
+    64,389,120 bytes = 64,389,120 / (16 x 20,480) = 196.5 -> 197 blocks, taken by each running
+    request beside its context's blocks (vLLM's hybrid KV manager), none reserved up front.
+    SGLang keeps its own pool instead, and TensorRT-LLM (assumed) one state reserved for each
+    of its 256 schedulable sequences: no state blocks."""
+    from simulator.serving.engine_build import build_engine
+
+    vllm = build_engine(simulator.load_scenario(_hybrid("vllm")).scenario)
+    assert vllm.memory.state_reserve_bytes_per_gpu == 0
+    assert vllm.memory.state_bytes_per_seq_per_gpu == 64_389_120
+    assert vllm.scheduler.state_blocks == 197
+    sglang = build_engine(simulator.load_scenario(_hybrid("sglang")).scenario)
+    assert sglang.scheduler.state_blocks == 0 and sglang.memory.max_seqs_by_state is not None
+    trt = build_engine(simulator.load_scenario(_hybrid("trtllm")).scenario)
+    assert trt.scheduler.state_blocks == 0
+    assert trt.memory.state_reserve_bytes_per_gpu == 256 * 64_389_120
+
+
+def test_paged_states_keep_the_block_invariants_under_pressure() -> None:
+    """At 47 % of memory the KV pool holds fewer than 48 running requests of 2,300 tokens and their
+    states, so 48 users preempt; every step's blocks are accounted (state included) and all
+    come back at the end (serving/invariants.py)."""
+    from simulator.serving.engine_build import build_engine
+    from simulator.serving.invariants import InvariantChecker
+    from simulator.serving.simulation import run
+    from simulator.workload.stream import build_stream
+
+    loaded = simulator.load_scenario(_hybrid("vllm", gpu_memory_utilization=0.47))
+    engine = build_engine(loaded.scenario)
+    checker = InvariantChecker(engine)
+    stream, _ = build_stream(loaded.scenario, None)
+    out = run(loaded.scenario, engine, stream, check=checker)
+    checker.finish(out)
+    assert out.preemptions > 0
+    assert int((out.records["finish_s"] == out.records["finish_s"]).sum()) == 150
+    # Each request holds 197 state blocks beyond its 144 context blocks (2,300 / 16).
+    per_request = 197 + 144
+    assert engine.scheduler.num_blocks // per_request < 48

@@ -875,3 +875,24 @@ def test_timeline_sglang_runs_prefill_apart_from_decode(tmp_path: Path) -> None:
     steps = res.timeseries[:, 3:5].tolist()  # (decode_seqs, prefill_tokens) per step
     assert [0, 1024] in steps and [0, 976] in steps
     assert all(d == 0 or p == 0 for d, p in steps)  # never mixed
+
+
+def test_whole_prompt_beside_decodes_waits_for_the_budget() -> None:
+    """TensorRT-LLM batches whole contexts beside its generations (chunked prefill off): a
+    64-token prompt does not join a step that already carries a decode under a 64-token
+    budget (64 + 1 > 64); it waits until it fits. Found by the conservation property: the
+    Recorder asserts every step's tokens against the budget."""
+    sc = {
+        "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+        "deployment": {"engine": "trtllm", "overhead": {"step_s": 0.0, "per_seq_s": 0.0},
+                       "scheduler": {"max_num_seqs": 2, "max_num_batched_tokens": 64,
+                                     "chunked_prefill": False, "block_size": 1}},
+        "workload": {"arrival": {"kind": "offline"},
+                     "input_tokens": {"kind": "uniform", "min": 23, "max": 65},
+                     "output_tokens": {"kind": "fixed", "value": 2},
+                     "num_requests": 15, "seed": 0},
+    }
+    rec = Recorder()
+    res = simulator.simulate(sc, check=rec)
+    assert res.to_dict()["requests_completed"] + res.to_dict()["requests_dropped"] == 15
+    rec.assert_drained()

@@ -25,7 +25,7 @@ def kv_chain_summary(engine: Engine, records: npt.NDArray[Any], kv_capacity_toke
     fits = 0
     if mean_len > 0:
         # Paged cache: a sequence holds whole blocks, so round its length up to blocks.
-        blocks_per_seq = math.ceil(mean_len / sched.block_size)
+        blocks_per_seq = math.ceil(mean_len / sched.block_size) + sched.state_blocks
         per_replica_blocks = kv_capacity_tokens // sched.block_size
         fits = per_replica_blocks // blocks_per_seq
     limit = "kv_cache" if fits < sched.max_num_seqs else "max_num_seqs"

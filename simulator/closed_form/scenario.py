@@ -230,7 +230,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         run_tps = n_req * out_tok / w.duration_s if w.duration_s > 0 else 0.0
         batch = w.batch
     cap_b, why = batch_limit(dec.unit, traffic)
-    if dec.unit.kv_tokens < traffic.input_mean + traffic.output_mean:
+    if dec.unit.kv_tokens < traffic.input_mean + traffic.output_mean + dec.unit.state_tokens:
         notes.append("the KV cache of one unit holds less than one mean request: requests "
                      "are refused (requests_dropped), which the estimate does not model")
         stable = False

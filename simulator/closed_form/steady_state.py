@@ -59,6 +59,9 @@ class Unit:
     # Disaggregated decode pool whose prefill pool emitted the first token (DistServe): it
     # decodes the other outputs only, and adds nothing to TTFT.
     first_token_from_prefill: bool = False
+    # KV tokens a running request's recurrent state takes when the engine pages states in its
+    # KV pool (a hybrid model under vLLM: SchedulerConfig.state_blocks x block size).
+    state_tokens: int = 0
 
     @property
     def fed_per_decoder(self) -> int:
@@ -106,7 +109,7 @@ def decode_steps(traffic: Traffic, unit: Unit) -> float:
 def kv_batch_limit(unit: Unit, traffic: Traffic) -> float:
     """Sequences the KV cache holds at once, each at its average footprint (half a block of
     rounding each)."""
-    per_seq = traffic.kv_per_request + unit.block_tokens / 2
+    per_seq = traffic.kv_per_request + unit.block_tokens / 2 + unit.state_tokens
     return unit.kv_tokens / per_seq if per_seq > 0 else math.inf
 
 

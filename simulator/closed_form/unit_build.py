@@ -92,5 +92,6 @@ def make_unit(
         (float(style.schedules_ahead) + (cfg.recv_interval_steps - 1) / 2) if slots == 1 else 0.0,
         tree_tokens,
         first_token_from_prefill,
+        cfg.state_blocks * cfg.block_size,
     )
     return unit, ranks * slots

@@ -216,6 +216,7 @@ def memory_budget(
     fraction_of_free: bool = False,
     state_pool_share: float | None = None,
     state_slots_per_request: int = 1,
+    states_paged: bool = False,
 ) -> MemoryBudget:
     """Weights, activations and the KV pool on one GPU.
 
@@ -225,7 +226,9 @@ def memory_budget(
     KvCacheConfig.free_gpu_memory_fraction, default 0.9). A hybrid model's recurrent states
     come out of that memory first: `state_pool_share` of it set aside as a pool whose slots,
     `state_slots_per_request` a running request, cap the running requests (SGLang), or with
-    no share one state per schedulable sequence (max_seqs).
+    no share one state per schedulable sequence (max_seqs) is reserved, unless
+    `states_paged`: the scheduler then takes each running request's state out of the KV pool
+    as pages (vLLM's hybrid KV manager; serving/engine_build.state_blocks).
     """
     weights = weights_bytes_per_gpu(arch, layout, formats)
     acts = activation_bytes_per_gpu(arch, layout, max_batched_tokens, max_seqs)
@@ -246,7 +249,7 @@ def memory_budget(
     if state_seq > 0 and state_pool_share is not None:
         slots = int(max(0.0, kv_avail) * state_pool_share // state_seq)
         state_reserve, seq_cap = slots * state_seq, slots // state_slots_per_request
-    elif state_seq > 0:
+    elif state_seq > 0 and not states_paged:
         state_reserve = seqs_per_rank * state_seq
     kv_avail -= state_reserve
     tokens = int(kv_avail // per_token) * layout.attention_data_parallel if kv_avail > 0 else 0

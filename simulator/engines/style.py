@@ -86,6 +86,10 @@ class _StyleFile(BaseModel):
     # model; None: as for any other model. SGLang turns its overlap scheduler off for one
     # while its radix cache is on.
     hybrid_overlaps_cpu: bool | None = None
+    # Hybrid models' states taken out of the KV pool as pages by each running request (vLLM's
+    # hybrid KV manager) instead of one reserved per schedulable sequence up front (the
+    # default, and where no state pool is set).
+    states_paged: bool = False
     source: str
     # Status and origin of each value, keyed by its key (hardware/provenance.py); read by
     # tests and reports, never by the simulation.
@@ -199,6 +203,7 @@ class EngineStyle:
     state_pool_share: float | None = None  # hybrid models' state pool (see _StyleFile)
     state_slots_per_request: int = 1
     hybrid_overlaps_cpu: bool | None = None
+    states_paged: bool = False  # hybrid states paged in the KV pool (see _StyleFile)
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -324,4 +329,5 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
         state_pool_share=f.state_pool_share,
         state_slots_per_request=f.state_slots_per_request,
         hybrid_overlaps_cpu=f.hybrid_overlaps_cpu,
+        states_paged=f.states_paged,
     )

@@ -78,14 +78,15 @@ class Admission(DecodeSet):
                 break
             if cfg.chunked_prefill:
                 chunk = left if left < budget else budget
-            elif left <= budget or not admitted:
+            elif left <= budget or (not admitted and not decode_seqs):
                 # Whole prompts only; the first may exceed the budget when it is a recomputed
-                # context (prompt plus outputs), which vLLM also prefills alone.
+                # context (prompt plus outputs), which vLLM also prefills alone. Beside decodes
+                # (TensorRT-LLM's whole contexts) it waits until it fits the step's budget.
                 chunk = left
             else:
                 break
             held = self._full_tokens(r) if cfg.reserve_full else r.computed + chunk
-            need = -(-held // block_size)  # blocks_for(held)
+            need = -(-held // block_size) + cfg.state_blocks  # blocks_for(held), state
             if need > self.free_blocks:
                 break
             waiting.pop()

@@ -50,7 +50,7 @@ class DecodeRuns:
             return False
         r = self.waiting.peek()
         need = r.input_tokens + r.output_tokens - 1 if self.cfg.reserve_full else r.target
-        return -(-need // self.cfg.block_size) <= self.free_blocks
+        return -(-need // self.cfg.block_size) + self.cfg.state_blocks <= self.free_blocks
 
     def _admission_blocked(self) -> bool:
         """The first admission check of Scheduler.plan fails for the waiting queue's head
@@ -65,9 +65,11 @@ class DecodeRuns:
         if budget <= 0:
             return True
         left = r.target - r.computed
+        if not cfg.chunked_prefill and left > budget:
+            return True  # a whole prompt waits beside decodes until it fits (Admission._admit)
         chunk = min(left, budget) if cfg.chunked_prefill else left
         held = r.input_tokens + r.output_tokens - 1 if cfg.reserve_full else r.computed + chunk
-        return -(-held // cfg.block_size) > self.free_blocks
+        return -(-held // cfg.block_size) + cfg.state_blocks > self.free_blocks
 
     def steps_before_next_finish(self) -> int:
         """Decode steps that can run before the first one in which a request finishes."""

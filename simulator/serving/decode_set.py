@@ -51,7 +51,7 @@ class DecodeSet:
             return held
         if self._spec is None:
             self._phase[(r.decode_start_step - r.decode_start_kv) % cfg.block_size] -= 1
-        return -(-kv // cfg.block_size)  # blocks_for(kv)
+        return -(-kv // cfg.block_size) + cfg.state_blocks  # blocks_for(kv), its state
 
     def _enter_decode(self, r: Request, start_step: int) -> None:
         computed = r.computed
@@ -65,7 +65,8 @@ class DecodeSet:
         else:
             cfg = self.cfg
             if not cfg.reserve_full:
-                r.blocks = 0  # from now on implicit: blocks_for(kv), one more per block boundary
+                # from now on implicit: blocks_for(kv) (one more per block boundary) + state
+                r.blocks = 0
                 self._phase[(start_step - computed) % cfg.block_size] += 1
             last = start_step + (r.output_tokens - r.generated) - 1
         bucket = self._finish.get(last)

@@ -4,6 +4,7 @@ style, drafter and, for disaggregated deployments, both pools and the KV link be
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -196,6 +197,7 @@ def _build_engine(
         fraction_of_free=style.memory_fraction_of == "free",
         state_pool_share=style.state_pool_share,
         state_slots_per_request=style.state_slots_per_request,
+        states_paged=style.states_paged and style.state_pool_share is None,
     )
     require_fit(arch, hw, layout, formats, budget)
     max_seqs = s.max_num_seqs
@@ -233,8 +235,20 @@ def _build_engine(
             s.max_prefill_tokens if s.max_prefill_tokens is not None else style.max_prefill_tokens
         ),
         mix_whole_prompts=style.mix_whole_prompts,
+        state_blocks=state_blocks(budget, s.block_size, style),
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
+
+
+def state_blocks(budget: MemoryBudget, block_size: int, style: EngineStyle) -> int:
+    """KV blocks one running request's recurrent state takes when the engine pages states in
+    its KV pool (style states_paged, no state pool of its own): the state's bytes over a
+    block's, rounded up (vLLM sizes its hybrid pages so a state fills whole pages). 0 without
+    a state, or where states are reserved up front."""
+    per_seq = budget.state_bytes_per_seq_per_gpu
+    if per_seq <= 0 or not style.states_paged or style.state_pool_share is not None:
+        return 0
+    return math.ceil(per_seq / (block_size * budget.kv_bytes_per_token_per_gpu))
 
 
 def _with_speculative(

@@ -199,16 +199,16 @@ class InvariantChecker:
         """KV blocks the running requests hold once this step's reservations are made."""
         sched = replica.sched
         reserve_full = sched.cfg.reserve_full
-        bs = sched.cfg.block_size
+        bs, state = sched.cfg.block_size, sched.cfg.state_blocks
         # cached tokens of a decoder = decode_start_kv + (step - decode_start_step); a decode
         # step writes one more token's KV, whose block is reserved before the step
         step = sched.step + (1 if decoding_now else 0) + bs - 1
         held = 0
         for r in sched.running.values():
             if r.decode_start_step >= 0 and not reserve_full and r.spec_cum is not None:
-                held += _speculative_blocks(r, sched.step, bs, decoding_now)
+                held += _speculative_blocks(r, sched.step, bs, decoding_now) + state
             elif r.decode_start_step >= 0 and not reserve_full:
-                held += (r.decode_start_kv + step - r.decode_start_step) // bs
+                held += (r.decode_start_kv + step - r.decode_start_step) // bs + state
             else:
                 held += r.blocks
         return held

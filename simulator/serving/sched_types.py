@@ -39,6 +39,10 @@ class SchedulerConfig:
     # With chunked prefill off, whole prompts still ride beside the decode batch (the style's
     # mix_whole_prompts: TensorRT-LLM's in-flight batching); else they run alone (vLLM V0).
     mix_whole_prompts: bool = False
+    # KV blocks each running request holds for a hybrid model's recurrent state, taken with its
+    # first chunk and given back when it leaves (vLLM's hybrid KV manager pages states in the
+    # KV pool); 0 for a model without one or an engine with a state pool of its own.
+    state_blocks: int = 0
     # Derived once (the scheduler reads it every step): prefill work runs in steps of its own,
     # the decodes waiting.
     separate_prefill: bool = field(init=False, default=False)

@@ -76,7 +76,8 @@ class Scheduler(Admission, DecodeRuns):
 
     def fits_ever_tokens(self, input_tokens: int, output_tokens: int) -> bool:
         """fits_ever of a request of these lengths (asked on arrival, before it is built)."""
-        return self.blocks_for(input_tokens + output_tokens - 1) <= self.cfg.num_blocks
+        need = self.blocks_for(input_tokens + output_tokens - 1) + self.cfg.state_blocks
+        return need <= self.cfg.num_blocks
 
     # ---- arrival ----------------------------------------------------------------------
 
@@ -110,7 +111,7 @@ class Scheduler(Admission, DecodeRuns):
             if r.index not in self.running:
                 continue  # preempted below while serving an earlier one
             chunk = min(r.target - r.computed, budget)
-            need = max(0, self.blocks_for(r.computed + chunk) - r.blocks)
+            need = max(0, self.blocks_for(r.computed + chunk) + cfg.state_blocks - r.blocks)
             while need > self.free_blocks and r.index in self.running:
                 preempted = True
                 if self._preempt_newest(now_s) is r:
