@@ -190,6 +190,16 @@ def test_sglang_serves_a_hybrid_without_overlap_and_within_its_state_pool() -> N
                            state_pool_share=sglang.state_pool_share,
                            state_slots_per_request=sglang.state_slots_per_request)
     assert budget.max_seqs_by_state is not None and 100 < budget.max_seqs_by_state < 300
+    # Speculating, SGLang runs the hybrid without its radix cache: one slot a request, so three
+    # times the running requests from the same pool (slots // 1 against slots // 3).
+    speculating = engine_style("sglang").for_hybrid(speculative=True)
+    assert speculating.state_slots_per_request == 1 and not speculating.overlap_cpu_with_gpu
+    spec_budget = memory_budget(QWEN35, hw, tp4, FP8, max_seqs=1024,
+                                state_pool_share=speculating.state_pool_share,
+                                state_slots_per_request=speculating.state_slots_per_request)
+    slots = spec_budget.state_reserve_bytes_per_gpu // 48_015_360
+    assert spec_budget.max_seqs_by_state == slots
+    assert budget.max_seqs_by_state == slots // 3
 
 
 @pytest.mark.parametrize(("name", "total_b", "active_b", "linear", "full"), [

@@ -82,6 +82,9 @@ class _StyleFile(BaseModel):
     # State slots the engine holds per running request, which caps running requests at the
     # pool's slots / this (SGLang keeps room for the states its radix cache forks).
     state_slots_per_request: Annotated[int, Field(ge=1)] = 1
+    # The same under speculative decoding, where it differs (None: the same): SGLang turns its
+    # radix cache off for a hybrid that speculates, so a request holds its one slot.
+    state_slots_speculative: Annotated[int, Field(ge=1)] | None = None
     # Whether the host still overlaps the GPU (and schedules a step ahead) for a hybrid
     # model; None: as for any other model. SGLang turns its overlap scheduler off for one
     # while its radix cache is on.
@@ -202,6 +205,7 @@ class EngineStyle:
     mix_whole_prompts: bool = False  # with chunked prefill off (see _StyleFile)
     state_pool_share: float | None = None  # hybrid models' state pool (see _StyleFile)
     state_slots_per_request: int = 1
+    state_slots_speculative: int | None = None
     hybrid_overlaps_cpu: bool | None = None
     states_paged: bool = False  # hybrid states paged in the KV pool (see _StyleFile)
 
@@ -242,12 +246,16 @@ class EngineStyle:
         return replace(self, dispatch_s_per_layer=max(self.dispatch_s_per_layer,
                                                       self.eager_dispatch_s_per_layer))
 
-    def for_hybrid(self) -> EngineStyle:
+    def for_hybrid(self, speculative: bool = False) -> EngineStyle:
         """The style serving a hybrid (linear-attention) model: without its overlap scheduler
-        and one-step lookahead where the engine turns them off for one."""
+        and one-step lookahead where the engine turns them off for one, and with its state
+        slots a request under speculative decoding where those differ."""
+        style = self
+        if speculative and self.state_slots_speculative is not None:
+            style = replace(style, state_slots_per_request=self.state_slots_speculative)
         if self.hybrid_overlaps_cpu is None or self.hybrid_overlaps_cpu:
-            return self
-        return replace(self, overlap_cpu_with_gpu=False, schedules_ahead=False)
+            return style
+        return replace(style, overlap_cpu_with_gpu=False, schedules_ahead=False)
 
     def with_layers(self, layers_per_stage: float) -> EngineStyle:
         """The style of one engine whose pipeline stages hold `layers_per_stage` layers."""
@@ -328,6 +336,7 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
         mix_whole_prompts=f.mix_whole_prompts,
         state_pool_share=f.state_pool_share,
         state_slots_per_request=f.state_slots_per_request,
+        state_slots_speculative=f.state_slots_speculative,
         hybrid_overlaps_cpu=f.hybrid_overlaps_cpu,
         states_paged=f.states_paged,
     )

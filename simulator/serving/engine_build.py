@@ -184,7 +184,7 @@ def _build_engine(
     if not dep.cuda_graphs:
         style = style.eager()
     if arch.linear is not None:
-        style = style.for_hybrid()
+        style = style.for_hybrid(speculative=dep.speculative is not None)
     style = style.with_layers(arch.num_layers / layout.pipeline_parallel)
     budget = memory_budget(
         arch,
