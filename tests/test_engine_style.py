@@ -131,3 +131,16 @@ def test_vllm_02_timeline_adds_serial_host_and_ingest_and_never_mixes() -> None:
     d = r.to_dict()
     offset = d["ttft_s"]["p50"] - d["ttft_engine_s"]["p50"]
     assert offset == pytest.approx(18e-3 + 100 * 10e-6, rel=1e-9)
+
+
+def test_a_hybrid_state_has_one_home(tmp_path: Path) -> None:
+    """A style pages states in its KV pool or keeps a pool of their own, not both; the pool's
+    share of the memory after weights is r / (1 + r) of the ratio the engine names (SGLang's
+    --mamba-full-memory-ratio 0.9: 0.9 / 1.9)."""
+    both = GOOD_BODY[:-1] + ", states_paged: true, state_memory_ratio: 0.9}"
+    with pytest.raises(InputError) as err:
+        load_engine_styles(_write(tmp_path, f"twohomes: {both}\n"))
+    assert "twohomes" in str(err.value) and "states_paged" in str(err.value)
+    pool = GOOD_BODY[:-1] + ", state_memory_ratio: 0.9}"
+    style = load_engine_styles(_write(tmp_path, f"pooled: {pool}\n"))["pooled"]
+    assert style.state_pool_share == pytest.approx(0.9 / 1.9) and not style.states_paged

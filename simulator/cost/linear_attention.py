@@ -60,7 +60,7 @@ def linear_consts(lin: LinearAttentionSpec, tp: int) -> LinearConsts:
         decode_flops_per_token=heads * DECODE_STATE_PASSES * dk * dv,
         io_bytes_per_token=io,
         chunk_state_bytes_per_token=2 * state * BF16_BYTES / c,
-        state_bytes_per_seq=state * lin.state_bytes_per_element,
+        state_bytes_per_seq=lin.recurrent_state_bytes / tp,
         layers=lin.num_layers,
     )
 

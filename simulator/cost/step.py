@@ -71,13 +71,19 @@ class StepModel(Kernels):
     def _lin_consts(self) -> LinearConsts | None:
         return linear_consts_of(self)
 
+    @cached_property
+    def _lin_rates(self) -> tuple[float, float, float]:
+        """(FLOP/s, bytes/s, launch seconds of all linear layers) of a Gated DeltaNet row."""
+        rate, bw = linear_rates(self)
+        layers = 0 if self._lin_consts is None else self._lin_consts.layers
+        return rate, bw, layers * self.hw.kernel_launch_overhead_s
+
     def _linear_s(self, terms: tuple[float, float] | None) -> float:
         """Time of one Gated DeltaNet row (linear_attention.linear_terms), as attention_ops
         prices it; 0 for an empty part."""
-        if terms is None or self._lin_consts is None:
+        if terms is None:
             return 0.0
-        rate, bw = linear_rates(self)
-        launches = self._lin_consts.layers * self.hw.kernel_launch_overhead_s
+        rate, bw, launches = self._lin_rates
         return max(terms[0] / rate, terms[1] / bw) + launches
 
     def _linear_decode_s(self, decode_seqs: int, ranks: int | None = None) -> float:

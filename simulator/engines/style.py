@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from simulator.errors import InputError, format_validation_error
 from simulator.hardware.provenance import Provenance, check_keys, schema_paths
@@ -74,11 +81,11 @@ class _StyleFile(BaseModel):
     # --disable-cuda-graph: deployment.cuda_graphs false), every kernel launched from Python.
     # None = unknown: such a deployment is refused rather than priced at graph speed.
     eager_dispatch_us_per_layer: Annotated[float, Field(ge=0)] | None = None
-    # Hybrid models' recurrent states (Gated DeltaNet layers). None: a running sequence's
-    # state comes out of the KV pool (reserved here for max_num_seqs sequences); a share: the
-    # engine sets that share of the memory left after weights and activations aside as a
-    # state pool before sizing its KV cache (SGLang's mamba_full_memory_ratio).
-    state_pool_share: Annotated[float, Field(gt=0, lt=1)] | None = None
+    # Hybrid models' recurrent states (Gated DeltaNet layers): the engine's ratio of state-pool
+    # memory to KV memory (SGLang's --mamba-full-memory-ratio), so r / (1 + r) of the memory
+    # left after weights and activations is set aside for states before the KV cache is
+    # sized. None: no pool of its own (states paged or reserved, `states_paged`).
+    state_memory_ratio: Annotated[float, Field(gt=0)] | None = None
     # State slots the engine holds per running request, which caps running requests at the
     # pool's slots / this (SGLang keeps room for the states its radix cache forks).
     state_slots_per_request: Annotated[int, Field(ge=1)] = 1
@@ -86,9 +93,9 @@ class _StyleFile(BaseModel):
     # radix cache off for a hybrid that speculates, so a request holds its one slot.
     state_slots_speculative: Annotated[int, Field(ge=1)] | None = None
     # Whether the host still overlaps the GPU (and schedules a step ahead) for a hybrid
-    # model; None: as for any other model. SGLang turns its overlap scheduler off for one
-    # while its radix cache is on.
-    hybrid_overlaps_cpu: bool | None = None
+    # model as for any other; SGLang turns its overlap scheduler off for one while its radix
+    # cache is on.
+    hybrid_overlaps_cpu: bool = True
     # Hybrid models' states taken out of the KV pool as pages by each running request (vLLM's
     # hybrid KV manager) instead of one reserved per schedulable sequence up front (the
     # default, and where no state pool is set).
@@ -106,6 +113,13 @@ class _StyleFile(BaseModel):
     def _provenance_names_values(cls, value: Provenance | None) -> Provenance | None:
         check_keys(value, style_paths(), "engine-style")
         return value
+
+    @model_validator(mode="after")
+    def _one_home_for_states(self) -> _StyleFile:
+        if self.states_paged and self.state_memory_ratio is not None:
+            raise ValueError("states_paged and state_memory_ratio name two homes for a hybrid "
+                             "model's states: give one")
+        return self
 
 
 # A release: major.minor[.patch...], then nothing or a PEP 440-style suffix (rc6, .post3, -dev.2,
@@ -203,10 +217,12 @@ class EngineStyle:
     version: str | None = None  # the release whose defaults these are; None: the newest
     eager_dispatch_s_per_layer: float | None = None  # without CUDA graphs; None: unknown
     mix_whole_prompts: bool = False  # with chunked prefill off (see _StyleFile)
-    state_pool_share: float | None = None  # hybrid models' state pool (see _StyleFile)
+    # Share of the memory after weights and activations a hybrid's state pool takes:
+    # r / (1 + r) of _StyleFile.state_memory_ratio; None without a pool.
+    state_pool_share: float | None = None
     state_slots_per_request: int = 1
     state_slots_speculative: int | None = None
-    hybrid_overlaps_cpu: bool | None = None
+    hybrid_overlaps_cpu: bool = True
     states_paged: bool = False  # hybrid states paged in the KV pool (see _StyleFile)
 
     def host_time_s(self, num_seqs: int) -> float:
@@ -253,7 +269,7 @@ class EngineStyle:
         style = self
         if speculative and self.state_slots_speculative is not None:
             style = replace(style, state_slots_per_request=self.state_slots_speculative)
-        if self.hybrid_overlaps_cpu is None or self.hybrid_overlaps_cpu:
+        if self.hybrid_overlaps_cpu:
             return style
         return replace(style, overlap_cpu_with_gpu=False, schedules_ahead=False)
 
@@ -312,31 +328,27 @@ def _style_files(path: Path) -> dict[str, tuple[_StyleFile, tuple[_VersionRange,
     return out
 
 
+@functools.cache
+def _same_keys() -> tuple[str, ...]:
+    """Keys a style file and an EngineStyle share with the same meaning and unit: copied
+    across as they are (the others are converted in _style)."""
+    return tuple(f.name for f in fields(EngineStyle) if f.name in _StyleFile.model_fields)
+
+
 def _style(name: str, f: _StyleFile) -> EngineStyle:
+    ratio = f.state_memory_ratio
     return EngineStyle(
-        name,
-        f.cpu_step_us * 1e-6,
-        f.cpu_per_seq_us * 1e-6,
-        f.overlap_cpu_with_gpu,
-        f.kv_admission,
-        f.memory_fraction_of,
-        FrontEnd(
+        name=name,
+        cpu_step_s=f.cpu_step_us * 1e-6,
+        cpu_per_seq_s=f.cpu_per_seq_us * 1e-6,
+        front_end=FrontEnd(
             (f.request_ingest_us or 0.0) * 1e-6,
             (f.tokenize_per_input_token_us or 0.0) * 1e-6,
             (f.first_chunk_emit_us or 0.0) * 1e-6,
         ),
-        f.mix_prefill_decode,
-        f.schedules_ahead,
-        f.prefill_emits_first_token,
-        f.serial_front_end,
-        f.max_prefill_tokens,
-        (f.dispatch_us_per_layer or 0.0) * 1e-6,
+        dispatch_s_per_layer=(f.dispatch_us_per_layer or 0.0) * 1e-6,
         eager_dispatch_s_per_layer=(None if f.eager_dispatch_us_per_layer is None
                                     else f.eager_dispatch_us_per_layer * 1e-6),
-        mix_whole_prompts=f.mix_whole_prompts,
-        state_pool_share=f.state_pool_share,
-        state_slots_per_request=f.state_slots_per_request,
-        state_slots_speculative=f.state_slots_speculative,
-        hybrid_overlaps_cpu=f.hybrid_overlaps_cpu,
-        states_paged=f.states_paged,
+        state_pool_share=None if ratio is None else ratio / (1.0 + ratio),
+        **{key: getattr(f, key) for key in _same_keys()},
     )

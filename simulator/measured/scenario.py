@@ -20,12 +20,6 @@ from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
 from simulator.measured.run import LAYOUT_CONTRADICTED, Load, MeasuredRun, Pool
 
-# Named by the reference README as models and GPUs the simulator does not ship yet: rows of
-# them are counted as unsupported; any other unknown name is a misspelling, an input error.
-# Every named model (Qwen3.5's Gated DeltaNet hybrid and GLM-5's sparse attention included)
-# and GPU has a catalog entry and a profile now.
-NOT_SHIPPED_MODELS: frozenset[str] = frozenset()
-NOT_SHIPPED_GPUS: frozenset[str] = frozenset()
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # A P/D row without worker counts: its load per worker, so its TTFT and TPOT, is unknown; the
 # run is simulated on one worker per pool and scored apart from the headline (scoring.py).
@@ -180,17 +174,14 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str]) -> dict[str, Any]:
 
 def _check_names(run: MeasuredRun) -> None:
     assert run.model is not None and run.gpu is not None
+    # Every model and GPU the reference file names has a catalog entry and a profile (Qwen3.5's
+    # Gated DeltaNet hybrid and GLM-5's sparse attention included): any other is a misspelling.
     if run.model not in shipped_models():
-        if run.model in NOT_SHIPPED_MODELS:
-            raise Unsupported(f"model not shipped: {run.model}", f"model {run.model!r} is not "
-                              "in the catalog")
         raise InputError(f"{run.where}: model: {run.model!r} is not a known model (valid: "
-                         f"{', '.join(sorted(shipped_models() | NOT_SHIPPED_MODELS))})")
+                         f"{', '.join(sorted(shipped_models()))})")
     if run.gpu not in shipped_gpus():
-        if run.gpu in NOT_SHIPPED_GPUS:
-            raise Unsupported(f"GPU not shipped: {run.gpu}", f"no hardware profile {run.gpu!r}")
         raise InputError(f"{run.where}: gpu: {run.gpu!r} is not a known GPU (valid: "
-                         f"{', '.join(sorted(shipped_gpus() | NOT_SHIPPED_GPUS))})")
+                         f"{', '.join(sorted(shipped_gpus()))})")
     if run.engine not in ENGINE_STYLES:
         raise InputError(f"{run.where}: backend: {run.engine!r} is not one of "
                          f"{', '.join(ENGINE_STYLES)}")
@@ -258,8 +249,9 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
 
 def _bench_budget(engine: str, role: str, seqs: int, isl: int,
                   defaults: list[str]) -> dict[str, Any]:
-    """The step budget the benchmark's generator deploys a worker with (BENCH_BUDGET_MARGIN's
-    source), as scheduler keys; `role` is '' (aggregated), 'prefill' or 'decode'."""
+    """The scheduler keys the benchmark's generator deploys a worker with: its step budget
+    (BENCH_BUDGET_MARGIN's source) and, for SGLang aggregated workers, mixed prefill
+    (SGLANG_AGG_MIXED_CHUNK); `role` is '' (aggregated), 'prefill' or 'decode'."""
     if engine == "sglang":
         _declare(defaults, f"max_prefill_tokens ISL + {BENCH_BUDGET_MARGIN} (the benchmark "
                            f"generator's; not recorded); max_num_batched_tokens "

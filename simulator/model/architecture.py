@@ -97,6 +97,17 @@ class LinearAttentionSpec:
         """One value head's recurrent state: a key dim x value dim matrix."""
         return self.key_head_dim * self.value_head_dim
 
+    @property
+    def recurrent_state_bytes(self) -> int:
+        """One sequence's recurrent state in one layer, all value heads, in its dtype."""
+        return self.value_heads * self.state_elements_per_head * self.state_bytes_per_element
+
+    @property
+    def conv_state_bytes(self) -> float:
+        """One sequence's conv window in one layer: kernel - 1 past inputs of each channel, in
+        BF16 (the activations')."""
+        return self.conv_channels * (self.conv_kernel - 1) * BF16_BYTES
+
     def params_per_layer(self, hidden: int) -> int:
         """in_proj_qkvz + in_proj_ba + the depthwise conv + out_proj, plus the per-head decay
         (A_log, dt_bias) and the gated norm's weight."""
@@ -353,9 +364,7 @@ class Architecture:
         if self.linear is None:
             return 0.0
         lin = self.linear
-        state = lin.value_heads * lin.state_elements_per_head * lin.state_bytes_per_element
-        conv = lin.conv_channels * (lin.conv_kernel - 1) * BF16_BYTES
-        return lin.num_layers * (state + conv) / tp
+        return lin.num_layers * (lin.recurrent_state_bytes + lin.conv_state_bytes) / tp
 
     def kv_elements_per_token_per_layer(self) -> int:
         """Cached elements per token per layer (all KV heads; MLA caches the latent)."""

@@ -46,7 +46,7 @@ DEFAULT_STATE_DTYPE = "float32"
 _LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")
 
 
-def check_softmax_attention(c: ConfigReader) -> None:
+def refuse_uncosted_layers(c: ConfigReader) -> None:
     """Refuse layers this simulator does not cost: MiniMax's lightning attention
     (`attn_type_list` 0, MiniMax-Text-01/M1; M2 lists only 1), Nemotron-H's Mamba-2 layers
     (`hybrid_override_pattern` "M"), and any `layer_types` kind but the three it knows."""

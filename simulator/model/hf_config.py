@@ -19,11 +19,11 @@ from typing import Any
 
 from simulator.model.architecture import Architecture, ModelError, MoESpec
 from simulator.model.hf_attention import (
-    check_softmax_attention,
     parse_linear,
     parse_mla,
     parse_sliding,
     parse_sparse,
+    refuse_uncosted_layers,
 )
 from simulator.model.hf_reader import ConfigReader
 from simulator.model.quant_modules import bf16_modules
@@ -216,7 +216,7 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
     hidden_act = (c.opt_str("hidden_act") or c.opt_str("activation_function") or "silu").lower()
     gated = model_type in _GATED_MODEL_TYPES or hidden_act in _GATED_ACTIVATIONS
     attention_bias = c.opt_bool("attention_bias", model_type in _QKV_BIAS_MODEL_TYPES)
-    check_softmax_attention(c)
+    refuse_uncosted_layers(c)
     window, n_sliding = parse_sliding(c, num_layers)
 
     arch = Architecture(

@@ -197,7 +197,7 @@ def _build_engine(
         fraction_of_free=style.memory_fraction_of == "free",
         state_pool_share=style.state_pool_share,
         state_slots_per_request=style.state_slots_per_request,
-        states_paged=style.states_paged and style.state_pool_share is None,
+        states_paged=style.states_paged,
     )
     require_fit(arch, hw, layout, formats, budget)
     max_seqs = s.max_num_seqs
@@ -242,11 +242,11 @@ def _build_engine(
 
 def state_blocks(budget: MemoryBudget, block_size: int, style: EngineStyle) -> int:
     """KV blocks one running request's recurrent state takes when the engine pages states in
-    its KV pool (style states_paged, no state pool of its own): the state's bytes over a
-    block's, rounded up (vLLM sizes its hybrid pages so a state fills whole pages). 0 without
-    a state, or where states are reserved up front."""
+    its KV pool (style states_paged): the state's bytes over a block's, rounded up (vLLM
+    sizes its hybrid pages so a state fills whole pages). 0 without a state, or where states
+    are pooled or reserved up front."""
     per_seq = budget.state_bytes_per_seq_per_gpu
-    if per_seq <= 0 or not style.states_paged or style.state_pool_share is not None:
+    if per_seq <= 0 or not style.states_paged:
         return 0
     return math.ceil(per_seq / (block_size * budget.kv_bytes_per_token_per_gpu))
 
