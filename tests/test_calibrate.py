@@ -25,6 +25,7 @@ HEADER = (  # noqa: SIM905
           "decode_moe_tp_size,decode_moe_ep_size,decode_num_workers,ttft_ms,tpot_ms,measured,"
           "source").split(",")
 TRUE_STEP_US = 3000.0  # shipped vllm cpu_step_us is 1000
+TRUE_LATENCY_US = 80_000.0  # shipped vllm request_latency_us is unset (the fit starts at 10 ms)
 TOLERANCE = 0.05  # the fit recovers it within 5 %
 
 
@@ -60,7 +61,8 @@ def truth_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for conc in (1, 4, 16):
             rows.append(_row(i, model, tp, conc, 512, 128))
             i += 1
-    return truth_file(folder, rows, {"vllm.cpu_step_us": TRUE_STEP_US})
+    return truth_file(folder, rows, {"vllm.cpu_step_us": TRUE_STEP_US,
+                                     "vllm.request_latency_us": TRUE_LATENCY_US})
 
 
 def truth_file(folder: Path, rows: list[dict[str, str]], truth: dict[str, float],
@@ -108,6 +110,8 @@ def test_fit_recovers_truth(overlay_path: Path, truth_csv: Path) -> None:
     assert abs(step["value"] / TRUE_STEP_US - 1) < TOLERANCE
     assert step["prior"] == 1000
     assert step["fitted_to"]["rows"] > 0
+    # The request latency (TTFT alone sees it) is recovered beside the host step (TPOT).
+    assert abs(values["request_latency_us"]["value"] / TRUE_LATENCY_US - 1) < TOLERANCE
     assert step["fitted_to"]["files"] == [str(truth_csv)]
     assert step["fitted_to"]["engine_versions"] == {"vllm": "0.15.1"}
     assert data["header"]["files"][0]["rows"] == 18
@@ -208,10 +212,12 @@ def test_the_fit_predicts_what_the_overlay_makes_estimate_predict(truth_csv: Pat
     problem = build_problem([map_run(r, None) for r in read_silicon(truth_csv)])
     values = {p.name: p.prior for p in problem.params}
     values["vllm.cpu_step_us"], values["vllm.cpu_per_seq_us"] = 2500.0, 11.0
+    values["vllm.request_latency_us"] = 40_000.0
     for r, mapped in enumerate(problem.used):
         scenario = copy.deepcopy(mapped.scenario)
         assert scenario is not None
-        scenario["deployment"]["overhead"] = {"step_s": 2500.0 * 1e-6, "per_seq_s": 11.0 * 1e-6}
+        scenario["deployment"]["overhead"] = {"step_s": 2500.0 * 1e-6, "per_seq_s": 11.0 * 1e-6,
+                                              "request_latency_s": 40_000.0 * 1e-6}
         est = simulator.estimate(simulator.load_scenario(scenario))
         assert problem.runs.prediction(r, values) == (est.ttft_mean_s, est.tpot_p50_s)
 

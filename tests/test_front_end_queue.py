@@ -78,3 +78,48 @@ def test_client_ttft_includes_the_queue() -> None:
     assert d["ttft_engine_s"]["mean"] == approx(
         float((rec["first_token_s"] - rec["arrival_s"]).mean())
     )
+
+
+LAT = FrontEnd(ingest_s=1e-3, per_input_token_s=10e-6, latency_s=0.2)  # + 200 ms on the way
+
+
+def test_latency_follows_the_service_and_holds_no_queue() -> None:
+    """The request latency delays each request by itself: a serial front end is free again
+    after the service, so the second of a burst is not held by the first one's 200 ms."""
+    q = FrontEndQueue(LAT, serial=True, served=True)
+    # Services 11 ms and 6 ms as above; the serial queue frees at 11 ms, then 17 ms.
+    assert q.ready_s(0.0, 1000) == approx(11e-3 + 0.2)
+    assert q.ready_s(0.0, 500) == approx(17e-3 + 0.2)  # not 11 + 200 + 6 + 200 ms
+    assert q.client_side_s(0.0, 17e-3 + 0.2, 500) == approx(0.217)
+    par = FrontEndQueue(LAT, serial=False, served=True)
+    assert par.ready_s(0.0, 500) == approx(6e-3 + 0.2)
+    off = FrontEndQueue(LAT, serial=True, served=False)
+    assert off.ready_s(0.0, 1000) == 0.0  # offline: charged after the fact, ingest + latency
+    assert off.client_side_s(0.0, 0.0, 1000) == approx(11e-3 + 0.2)
+    assert LAT.client_offset_s(np.array([1000]))[0] == approx(11e-3 + 0.2)
+
+
+def _one_served(latency_s: float | None) -> dict[str, object]:
+    overhead: dict[str, float] = {"step_s": 0.0, "per_seq_s": 0.0}
+    if latency_s is not None:
+        overhead["request_latency_s"] = latency_s
+    return make(deployment={"engine": "vllm", "overhead": overhead},
+                workload={"arrival": {"kind": "closed_loop", "concurrency": 1},
+                          "num_requests": 3})
+
+
+def test_scenario_latency_moves_ttft_not_tpot_in_simulation_and_estimate() -> None:
+    """deployment.overhead.request_latency_s = 0.25: one request at a time, so every request
+    sees the same engine; client TTFT grows by exactly 250 ms and TPOT does not move, in the
+    simulation and in the closed-form estimate alike."""
+    base = simulator.simulate(_one_served(0.0)).to_dict()
+    late = simulator.simulate(_one_served(0.25)).to_dict()
+    assert late["ttft_s"]["mean"] == approx(base["ttft_s"]["mean"] + 0.25)
+    assert late["tpot_s"]["mean"] == approx(base["tpot_s"]["mean"])
+    e0 = simulator.estimate(simulator.load_scenario(_one_served(0.0)))
+    e1 = simulator.estimate(simulator.load_scenario(_one_served(0.25)))
+    assert e1.ttft_mean_s == approx(e0.ttft_mean_s + 0.25)
+    assert e1.tpot_p50_s == approx(e0.tpot_p50_s)
+    # None keeps the style's (0 in every shipped style): the same as 0.
+    assert simulator.simulate(_one_served(None)).to_dict()["ttft_s"]["mean"] == approx(
+        base["ttft_s"]["mean"])

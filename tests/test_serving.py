@@ -82,7 +82,7 @@ def make(**extra: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "model": "llama-3.1-8b",
         "hardware": {"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 1},
-        "deployment": {"overhead": {"step_s": 0.0, "per_seq_s": 0.0}},
+        "deployment": {"overhead": {"step_s": 0.0, "per_seq_s": 0.0, "request_latency_s": 0.0}},
         "workload": {
             "arrival": {"kind": "offline"},
             "input_tokens": {"kind": "fixed", "value": 100},

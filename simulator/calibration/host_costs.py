@@ -1,7 +1,7 @@
 """A calibration overlay's host costs applied to a scenario: each engine type (the
 deployment, or each P/D pool) that sets no `overhead` of its own gets its engine style's
-fitted per-step and per-sequence cost, as scenario overrides. One rule for `simulate`,
-`estimate`, `sweep` and `lesson` under `--calibration`."""
+fitted per-step and per-sequence cost and per-request latency, as scenario overrides. One
+rule for `simulate`, `estimate`, `sweep` and `lesson` under `--calibration`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from simulator.calibration.overlay import CalibrationOverlay
 
-HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us")
-HostCosts = Mapping[str, Mapping[str, float]]  # engine style -> {cpu_step_us, cpu_per_seq_us}
+HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us", "request_latency_us")
+HostCosts = Mapping[str, Mapping[str, float]]  # engine style -> {key of HOST_KEYS: us}
 
 
 def host_costs(overlay: CalibrationOverlay) -> dict[str, dict[str, float]]:
@@ -40,6 +40,9 @@ def overhead_overrides(scenario: Any, costs: HostCosts) -> list[tuple[str, float
                     fitted.get("cpu_step_us", style.cpu_step_s * 1e6) * 1e-6))
         out.append((f"{prefix}.overhead.per_seq_s",
                     fitted.get("cpu_per_seq_us", style.cpu_per_seq_s * 1e6) * 1e-6))
+        if "request_latency_us" in fitted:
+            out.append((f"{prefix}.overhead.request_latency_s",
+                        fitted["request_latency_us"] * 1e-6))
     return out
 
 

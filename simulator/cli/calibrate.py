@@ -1,8 +1,8 @@
 """`frontier calibrate FILE... --out CALIBRATION.yaml`: fit the engine styles' host costs
-(cpu_step_us, cpu_per_seq_us) and, with `--fit host,gpu`, the GPU profiles' GEMM streaming
-fractions to measured runs through the closed-form estimate, report the held-out errors of a
-grouped k-fold cross-validation before and after, and write the overlay that
-`simulate --calibration` and `estimate --calibration` apply."""
+(cpu_step_us, cpu_per_seq_us, request_latency_us) and, with `--fit host,gpu`, the GPU
+profiles' GEMM streaming fractions to measured runs through the closed-form estimate, report
+the held-out errors of a grouped k-fold cross-validation before and after, and write the
+overlay that `simulate --calibration` and `estimate --calibration` apply."""
 
 from __future__ import annotations
 
@@ -45,13 +45,16 @@ def _signed(v: float | None) -> str:
               "not record them (vllm, aiperf, sglang).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a scenario key of every run (after mapping).")
-@click.option("--fit", "fit_kinds", default="host", show_default=True, metavar="KINDS",
+@click.option("--fit", "fit_kinds", default="host,latency", show_default=True,
+              metavar="KINDS",
               help="What to fit, comma-separated. host: each engine style's cpu_step_us and "
-              "cpu_per_seq_us. gpu: per GPU profile, the streaming fraction "
-              "(gemm_classes.<class>.hbm_fraction) of each GEMM kernel class that at least 20 "
-              "runs of 3 configurations run through, within [0.2, 0.95] of HBM peak; decode "
-              "TPOT sees it. Host costs are fitted first, on every run; GPU factors then fit "
-              "only what they leave on TPOT. Example: --fit host,gpu.")
+              "cpu_per_seq_us. latency: each engine style's request_latency_us (a delay per "
+              "request on the way to the engine that holds no queue; TTFT sees it). gpu: per "
+              "GPU profile, the streaming fraction (gemm_classes.<class>.hbm_fraction) of "
+              "each GEMM kernel class that at least 20 runs of 3 configurations run through, "
+              "within [0.2, 0.95] of HBM peak; decode TPOT sees it. Host costs and latencies "
+              "are fitted first, on every run; GPU factors then fit only what they leave on "
+              "TPOT. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="Cross-validation folds (grouped by configuration).")
 @click.option("--seed", type=int, default=0, show_default=True,

@@ -245,8 +245,8 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
 
 def _client_offsets_s(front: FrontEnd, traffic: Traffic) -> tuple[float, float]:
     """(mean, p99) of what the client adds to TTFT before the engine sees the prompt: the
-    front end's ingest and first chunk, and its per-input-token cost."""
-    client = front.ingest_s + front.first_chunk_s
+    front end's ingest, request latency and first chunk, and its per-input-token cost."""
+    client = front.ingest_s + front.latency_s + front.first_chunk_s
     return (client + front.per_input_token_s * traffic.input_mean,
             client + front.per_input_token_s * traffic.input_p99)
 

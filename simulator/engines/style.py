@@ -64,6 +64,9 @@ class _StyleFile(BaseModel):
     # the API server parsing the request and handing it to the engine process, tokenizing the
     # prompt, and detokenizing and streaming the first chunk back. None = unknown (charged 0).
     request_ingest_us: Annotated[float, Field(ge=0)] | None = None
+    # A delay on the way between client and engine that holds no serial resource (not the
+    # front-end process, not an engine step): the serving stack's hops. None = unknown (0).
+    request_latency_us: Annotated[float, Field(ge=0)] | None = None
     tokenize_per_input_token_us: Annotated[float, Field(ge=0)] | None = None
     first_chunk_emit_us: Annotated[float, Field(ge=0)] | None = None
     # The front end is one process that ingests and tokenizes requests one at a time, so a
@@ -180,20 +183,29 @@ def style_paths() -> frozenset[str]:
 
 @dataclass(frozen=True, slots=True)
 class FrontEnd:
-    """Per-request time the client sees outside engine steps (API server, tokenizer)."""
+    """Per-request time the client sees outside engine steps (API server, tokenizer), and a
+    delay on the way that holds nothing (`latency_s`: the stack's hops, no queue forms)."""
 
     ingest_s: float = 0.0
     per_input_token_s: float = 0.0
     first_chunk_s: float = 0.0
+    latency_s: float = 0.0
 
     def client_offset_s(self, input_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """Time added to engine-side TTFT (and end-to-end latency) per request: ingest and
-        tokenization before the engine sees it, the first chunk's emit after."""
+        """Time added to engine-side TTFT (and end-to-end latency) per request with nothing
+        queued: ingest, tokenization and the delay before the engine sees it, the first
+        chunk's emit after."""
         offset = np.asarray(
-            self.ingest_s + self.first_chunk_s + self.per_input_token_s * input_tokens,
+            self.ingest_s + self.latency_s + self.first_chunk_s
+            + self.per_input_token_s * input_tokens,
             dtype=np.float64,
         )
         return offset
+
+    def with_latency(self, latency_s: float) -> FrontEnd:
+        """This front end with its request latency replaced (a scenario's
+        `deployment.overhead.request_latency_s`, or a calibration's fitted value)."""
+        return replace(self, latency_s=latency_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,13 +253,17 @@ class EngineStyle:
         return max(gpu, host) if self.overlap_cpu_with_gpu else gpu + host
 
     def with_host_cost(self, cpu_step_s: float | None = None,
-                       cpu_per_seq_s: float | None = None) -> EngineStyle:
-        """This style with its per-step and per-sequence host cost replaced where given (a
-        scenario's `deployment.overhead`, or a calibration's fitted values)."""
+                       cpu_per_seq_s: float | None = None,
+                       request_latency_s: float | None = None) -> EngineStyle:
+        """This style with its per-step and per-sequence host cost and its request latency
+        replaced where given (a scenario's `deployment.overhead`, or a calibration's fitted
+        values)."""
         return replace(
             self,
             cpu_step_s=self.cpu_step_s if cpu_step_s is None else cpu_step_s,
             cpu_per_seq_s=self.cpu_per_seq_s if cpu_per_seq_s is None else cpu_per_seq_s,
+            front_end=(self.front_end if request_latency_s is None
+                       else self.front_end.with_latency(request_latency_s)),
         )
 
     def eager(self) -> EngineStyle:
@@ -345,6 +361,7 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
             (f.request_ingest_us or 0.0) * 1e-6,
             (f.tokenize_per_input_token_us or 0.0) * 1e-6,
             (f.first_chunk_emit_us or 0.0) * 1e-6,
+            (f.request_latency_us or 0.0) * 1e-6,
         ),
         dispatch_s_per_layer=(f.dispatch_us_per_layer or 0.0) * 1e-6,
         eager_dispatch_s_per_layer=(None if f.eager_dispatch_us_per_layer is None

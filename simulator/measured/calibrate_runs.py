@@ -1,10 +1,11 @@
 """Measured runs as a calibration problem: each run's mean TTFT and mean TPOT are
 observations; the free parameters are, with `host`, each engine style's two host costs
-(`cpu_step_us`, `cpu_per_seq_us`) and, with `gpu`, the streaming fractions of the GEMM kernel
-classes each GPU's runs go through (calibration/gpu_factors.py); the predictor is the
-closed-form estimate with every run's host cost set from its style's values (as
-`deployment.overhead` would) and its GPU profile rebuilt with the GPU values (as `--calibration`
-does, calibration/applied.py).
+(`cpu_step_us`, `cpu_per_seq_us`), with `latency` its request latency (`request_latency_us`,
+the delay on the way to the engine that holds no queue) and, with `gpu`, the streaming
+fractions of the GEMM kernel classes each GPU's runs go through (calibration/gpu_factors.py);
+the predictor is the closed-form estimate with every run's host cost set from its style's
+values (as `deployment.overhead` would) and its GPU profile rebuilt with the GPU values (as
+`--calibration` does, calibration/applied.py).
 
 Each run's scenario is validated, its engine built and its request stream drawn once; a
 prediction swaps the style's host costs into the engine (rebuilt on the calibrated profile
@@ -43,9 +44,12 @@ from simulator.progress import Progress
 
 # The bounds around the shipped host-cost values the fit moves (host_costs.HOST_KEYS).
 BOUND_FACTOR = 20.0
+# The request latency's bounds, microseconds: from next to nothing to a second, far above any
+# serving stack's hops (a log scale: an optimiser started on a bound of 0 cannot leave it).
+LATENCY_BOUNDS_US = (1.0, 1e6)
 # Prior for a shipped value of 0 (a style without a per-sequence cost): a log-scale parameter
 # needs a positive prior, so such a key starts from this many microseconds.
-ZERO_PRIOR_US = {"cpu_step_us": 100.0, "cpu_per_seq_us": 1.0}
+ZERO_PRIOR_US = {"cpu_step_us": 100.0, "cpu_per_seq_us": 1.0, "request_latency_us": 10_000.0}
 METRICS = (("ttft_s", "ttft.mean"), ("tpot_s", "tpot.mean"))
 
 
@@ -211,11 +215,11 @@ def _restyled(engine: Any, values: Mapping[str, float]) -> Any:
     """The engine (and its prefill pool) with each style's host cost from `values` (us)."""
     def one(e: Any) -> Any:
         name = e.style.name
-        step_us = values.get(f"{name}.cpu_step_us")
-        per_seq_us = values.get(f"{name}.cpu_per_seq_us")
+        step_us, per_seq_us, latency_us = (values.get(f"{name}.{k}") for k in HOST_KEYS)
         return replace(e, style=e.style.with_host_cost(
             None if step_us is None else step_us * 1e-6,
-            None if per_seq_us is None else per_seq_us * 1e-6))
+            None if per_seq_us is None else per_seq_us * 1e-6,
+            None if latency_us is None else latency_us * 1e-6))
 
     out = one(engine)
     if engine.prefill_pool is not None:
@@ -252,24 +256,34 @@ def _rebuilt(prep: _Prepared, values: Mapping[str, float]) -> Any:
     return build_engine(prep.scenario, prep.base_dir, None, profiles_of(set_here))
 
 
-def host_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
-    """cpu_step_us and cpu_per_seq_us of each style, priors from the shipped styles, bounds
-    prior / BOUND_FACTOR .. prior * BOUND_FACTOR on a log scale."""
+def host_parameters(styles: Sequence[str], cpu: bool = True,
+                    latency: bool = False) -> tuple[FreeParameter, ...]:
+    """Each style's cpu_step_us and cpu_per_seq_us (with `cpu`), priors from the shipped
+    styles, bounds prior / BOUND_FACTOR .. prior * BOUND_FACTOR on a log scale; and its
+    request_latency_us (with `latency`) from the shipped value (ZERO_PRIOR_US where that is 0)
+    within LATENCY_BOUNDS_US."""
     from simulator.engines.style import load_engine_styles
 
     shipped = load_engine_styles()
     out = []
     for name in sorted(set(styles)):
         st = shipped[name]
-        for key, seconds in (("cpu_step_us", st.cpu_step_s), ("cpu_per_seq_us",
-                                                              st.cpu_per_seq_s)):
+        for key, seconds in (("cpu_step_us", st.cpu_step_s),
+                             ("cpu_per_seq_us", st.cpu_per_seq_s)) if cpu else ():
             prior = round(seconds * 1e6, 9) if seconds > 0 else ZERO_PRIOR_US[key]
             out.append(FreeParameter(f"{name}.{key}", Target("engine_style", name, key), prior,
                                      prior / BOUND_FACTOR, prior * BOUND_FACTOR))
+        if latency:
+            key = "request_latency_us"
+            shipped_us = round(st.front_end.latency_s * 1e6, 9)
+            prior = min(max(shipped_us or ZERO_PRIOR_US[key], LATENCY_BOUNDS_US[0]),
+                        LATENCY_BOUNDS_US[1])
+            out.append(FreeParameter(f"{name}.{key}", Target("engine_style", name, key),
+                                     prior, *LATENCY_BOUNDS_US))
     return tuple(out)
 
 
-FIT_KINDS = ("host", "gpu")
+FIT_KINDS = ("host", "latency", "gpu")
 GUESSED = "P/D worker counts not recorded"
 # A run whose layout is in doubt (scenario.LAYOUT_IN_DOUBT) is counted under this reason.
 IN_DOUBT = {WORKERS_GUESSED: GUESSED,
@@ -280,8 +294,9 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
                   fit: Sequence[str] = ("host",)) -> RunProblem:
     """Prepare every mapped run; refused ones are counted by reason (as validate
     --measurements does); observations of runs without a finite estimate at the shipped
-    values are dropped (counted). `fit` names the parameter kinds declared (FIT_KINDS), host
-    costs first: they are fitted in that order, each stage on what the earlier ones leave."""
+    values are dropped (counted). `fit` names the parameter kinds declared (FIT_KINDS): host
+    costs and request latencies (the engine styles' values) first, on every row, then the GPU
+    factors on what they leave."""
     used: list[Mapped] = []
     prepared: list[_Prepared] = []
     refused: Counter[str] = Counter()
@@ -309,7 +324,7 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
         if progress is not None:
             progress.step()
     styles = sorted({s for p in prepared for s in p.styles})
-    params = host_parameters(styles) if "host" in fit else ()
+    params = host_parameters(styles, "host" in fit, "latency" in fit)
     if "gpu" in fit:
         params += _declare_gpu(used, prepared)
     predictions = _Predictions(prepared)

@@ -220,7 +220,8 @@ def _build_engine(
             f"gpu_memory_utilization"
         )
     if dep.overhead is not None:
-        style = style.with_host_cost(dep.overhead.step_s, dep.overhead.per_seq_s)
+        style = style.with_host_cost(dep.overhead.step_s, dep.overhead.per_seq_s,
+                                     dep.overhead.request_latency_s)
     cfg = SchedulerConfig(
         max_seqs,
         s.max_num_batched_tokens,

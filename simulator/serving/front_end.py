@@ -4,13 +4,15 @@ it, one request at a time where the engine's front end is a single process.
 A client's request first passes the API server (HTTP parse, hand-off, prompt tokenization:
 `FrontEnd.ingest_s + per_input_token_s x input tokens`). Where the style says the front end is
 serial (SGLang's one TokenizerManager process), requests that arrive together queue for it, so
-the k-th of a burst reaches the engine after k services. Offline runs (an offline benchmark
+the k-th of a burst reaches the engine after k services. The request latency
+(`FrontEnd.latency_s`, the serving stack's hops) follows the service and holds nothing, so no
+queue forms for it. Offline runs (an offline benchmark
 hands the engine tokenized prompts) keep the front-end cost out of the engine's timeline and
 only add it to the client-side TTFT, as before.
 
 Timeline, service time d_i, arrivals t_i, serial front end:
-    ready_i = max(t_i, ready_{i-1}) + d_i;  front_end_s_i = ready_i - t_i
-Parallel front end: ready_i = t_i + d_i.
+    done_i = max(t_i, done_{i-1}) + d_i;  ready_i = done_i + latency;  front_end_s_i = ready_i - t_i
+Parallel front end: ready_i = t_i + d_i + latency.
 """
 
 from __future__ import annotations
@@ -35,12 +37,14 @@ class FrontEndQueue:
         if not self.served:
             return now_s
         begin = max(now_s, self.free_s) if self.serial else now_s
-        ready = begin + self.service_s(input_tokens)
+        done = begin + self.service_s(input_tokens)
         if self.serial:
-            self.free_s = ready
-        return ready
+            self.free_s = done
+        return done + self.front_end.latency_s
 
     def client_side_s(self, now_s: float, ready_s: float, input_tokens: int) -> float:
         """Client-side time before the engine has the request (queue, ingest, tokenization):
         charged after the fact for offline runs, whose engine timeline leaves it out."""
-        return ready_s - now_s if self.served else self.service_s(input_tokens)
+        if self.served:
+            return ready_s - now_s
+        return self.service_s(input_tokens) + self.front_end.latency_s
