@@ -97,6 +97,7 @@ def test_latency_follows_the_service_and_holds_no_queue() -> None:
     assert off.ready_s(0.0, 1000) == 0.0  # offline: charged after the fact, ingest + latency
     assert off.client_side_s(0.0, 0.0, 1000) == approx(11e-3 + 0.2)
     assert LAT.client_offset_s(np.array([1000]))[0] == approx(11e-3 + 0.2)
+    assert LAT.client_offset_s(1000.0) == approx(11e-3 + 0.2)  # the estimate's scalar form
 
 
 def _one_served(latency_s: float | None) -> dict[str, object]:
@@ -120,6 +121,7 @@ def test_scenario_latency_moves_ttft_not_tpot_in_simulation_and_estimate() -> No
     e1 = simulator.estimate(simulator.load_scenario(_one_served(0.25)))
     assert e1.ttft_mean_s == approx(e0.ttft_mean_s + 0.25)
     assert e1.tpot_p50_s == approx(e0.tpot_p50_s)
-    # None keeps the style's (0 in every shipped style): the same as 0.
+    # None keeps the style's own latency.
+    styled = load_engine_styles()["vllm"].front_end.latency_s
     assert simulator.simulate(_one_served(None)).to_dict()["ttft_s"]["mean"] == approx(
-        base["ttft_s"]["mean"])
+        base["ttft_s"]["mean"] + styled)

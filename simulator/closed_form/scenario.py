@@ -245,10 +245,8 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
 
 def _client_offsets_s(front: FrontEnd, traffic: Traffic) -> tuple[float, float]:
     """(mean, p99) of what the client adds to TTFT before the engine sees the prompt: the
-    front end's ingest, request latency and first chunk, and its per-input-token cost."""
-    client = front.ingest_s + front.latency_s + front.first_chunk_s
-    return (client + front.per_input_token_s * traffic.input_mean,
-            client + front.per_input_token_s * traffic.input_p99)
+    front end's offset (FrontEnd.client_offset_s) for the mean and the p99 prompt."""
+    return (front.client_offset_s(traffic.input_mean), front.client_offset_s(traffic.input_p99))
 
 
 def _steady_ttft_s(load: Loaded, sides_in: list[SideIn], engine: Engine, cv2: float,

@@ -12,7 +12,7 @@ import functools
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -191,21 +191,24 @@ class FrontEnd:
     first_chunk_s: float = 0.0
     latency_s: float = 0.0
 
-    def client_offset_s(self, input_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """Time added to engine-side TTFT (and end-to-end latency) per request with nothing
-        queued: ingest, tokenization and the delay before the engine sees it, the first
-        chunk's emit after."""
-        offset = np.asarray(
-            self.ingest_s + self.latency_s + self.first_chunk_s
-            + self.per_input_token_s * input_tokens,
-            dtype=np.float64,
-        )
-        return offset
+    @overload
+    def service_s(self, input_tokens: float) -> float: ...
+    @overload
+    def service_s(self, input_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]: ...
+    def service_s(self, input_tokens: Any) -> Any:
+        """The front-end process's work on a request: ingest and prompt tokenization (what a
+        serial front end queues for, serving/front_end.py)."""
+        return self.ingest_s + self.per_input_token_s * input_tokens
 
-    def with_latency(self, latency_s: float) -> FrontEnd:
-        """This front end with its request latency replaced (a scenario's
-        `deployment.overhead.request_latency_s`, or a calibration's fitted value)."""
-        return replace(self, latency_s=latency_s)
+    @overload
+    def client_offset_s(self, input_tokens: float) -> float: ...
+    @overload
+    def client_offset_s(self, input_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]: ...
+    def client_offset_s(self, input_tokens: Any) -> Any:
+        """Time added to engine-side TTFT (and end-to-end latency) per request with nothing
+        queued: the service and the delay before the engine sees it, the first chunk's emit
+        after."""
+        return self.service_s(input_tokens) + self.latency_s + self.first_chunk_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +266,7 @@ class EngineStyle:
             cpu_step_s=self.cpu_step_s if cpu_step_s is None else cpu_step_s,
             cpu_per_seq_s=self.cpu_per_seq_s if cpu_per_seq_s is None else cpu_per_seq_s,
             front_end=(self.front_end if request_latency_s is None
-                       else self.front_end.with_latency(request_latency_s)),
+                       else replace(self.front_end, latency_s=request_latency_s)),
         )
 
     def eager(self) -> EngineStyle:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from simulator.model.architecture import ModelError
@@ -45,36 +45,27 @@ class ConfigReader:
             raise self.fail(f"key {key!r} must be at least {minimum} (got {value})")
         return value
 
-    def opt_bool(self, key: str, default: bool) -> bool:
+    def _optional(self, key: str, valid: Callable[[Any], bool], what: str) -> Any:
+        """The key's value, None when absent or null; one line naming it when not `what`."""
         value = self.raw.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(f"key {key!r} must be true or false (got {value!r})")
+        if value is not None and not valid(value):
+            raise self.fail(f"key {key!r} must be {what} (got {value!r})")
         return value
+
+    def opt_bool(self, key: str, default: bool) -> bool:
+        value = self._optional(key, lambda v: isinstance(v, bool), "true or false")
+        return default if value is None else bool(value)
 
     def opt_str(self, key: str) -> str | None:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise self.fail(f"key {key!r} must be a string (got {value!r})")
-        return value
+        value = self._optional(key, lambda v: isinstance(v, str), "a string")
+        return None if value is None else str(value)
 
     def opt_int_list(self, key: str) -> list[int]:
-        value = self.raw.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise self.fail(f"key {key!r} must be a list of integers (got {value!r})")
-        return list(value)
+        value = self._optional(key, lambda v: isinstance(v, list) and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in v), "a list of integers")
+        return [] if value is None else list(value)
 
     def opt_str_list(self, key: str) -> list[str] | None:
-        value = self.raw.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(f"key {key!r} must be a list of strings (got {value!r})")
-        return list(value)
+        value = self._optional(key, lambda v: isinstance(v, list) and all(
+            isinstance(x, str) for x in v), "a list of strings")
+        return None if value is None else list(value)
