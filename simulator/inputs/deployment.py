@@ -139,15 +139,15 @@ class Scheduler(_Strict):
 
 
 class Overhead(_Strict):
-    """Per-step CPU overhead and per-request latency; each key given overrides the chosen
-    engine style's value (one left out keeps it)."""
+    """Per-step CPU overhead and per-request latency; overrides the defaults of the chosen
+    engine style."""
 
     # Host (CPU) time per engine step, seconds.
-    step_s: Annotated[float, Field(ge=0)] | None = None
+    step_s: Annotated[float, Field(ge=0)]
     # Host time per sequence in the step, seconds.
-    per_seq_s: Annotated[float, Field(ge=0)] | None = None
+    per_seq_s: Annotated[float, Field(ge=0)]
     # Delay between client and engine per request that holds no queue (the serving stack's
-    # hops), seconds; 0 for a harness that drives the engine in process.
+    # hops), seconds; None keeps the style's `request_latency_us`.
     request_latency_s: Annotated[float, Field(ge=0, le=3600)] | None = None
 
 
