@@ -163,12 +163,24 @@ def test_bad_inputs_exit_2(tmp_path: Path, truth_csv: Path,
     for args in (["calibrate", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o")],
                  ["calibrate", str(truth_csv), "--out", str(tmp_path / "no" / "o.yaml")],
                  ["simulate", scen, "--calibration", str(bad_overlay)],
-                 ["estimate", scen, "--calibration", str(tmp_path / "none.yaml")]):
+                 ["estimate", scen, "--calibration", str(tmp_path / "none.yaml")],
+                 # fewer than one request in flight: refused before any run is read
+                 ["calibrate", str(truth_csv), "--out", str(tmp_path / "o"),
+                  "--max-concurrency", "0"]):
         _fails(args)
         err = capsys.readouterr().err.strip()
         assert err.startswith("frontier: ") and "\n" not in err, err
     assert not (tmp_path / "no").exists()
     assert not (tmp_path / "o").exists()
+
+
+def test_max_concurrency_keeps_the_low_loads(truth_csv: Path, tmp_path: Path) -> None:
+    """--max-concurrency 4 keeps the truth file's runs at 1 and 4 in flight: 12 of its 18."""
+    out = tmp_path / "low.yaml"
+    res = CliRunner().invoke(cli, ["calibrate", str(truth_csv), "--out", str(out), "--folds",
+                                   "3", "--max-concurrency", "4", "--confirm", "0"])
+    assert res.exit_code == 0, res.output
+    assert "runs read 18, used 12," in res.output, res.output
 
 
 def test_one_configuration_fits_in_sample_and_says_so(tmp_path: Path) -> None:

@@ -65,6 +65,10 @@ def _signed(v: float | None) -> str:
               help="Use only the first N runs.")
 @click.option("--sample", type=click.IntRange(min=1), default=None,
               help="Use N runs drawn at random (with --seed).")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=None,
+              help="Use only the closed-loop runs with at most N requests in flight (where "
+              "little queue forms, so a fitted request latency does not absorb queueing the "
+              "model misses).")
 @click.option("--confirm", type=click.IntRange(min=0), default=30, show_default=True,
               help="Then score N of the runs used (drawn with --seed) with the simulation, on "
               "the shipped values and under the overlay: the fit iterates on the closed-form "
@@ -72,7 +76,7 @@ def _signed(v: float | None) -> str:
 def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str | None,
               sets: tuple[str, ...], fit_kinds: str, folds: int, seed: int,
               workers: int | None, limit: int | None, sample: int | None,
-              confirm: int) -> None:
+              max_concurrency: int | None, confirm: int) -> None:
     """Fit engine host costs (and, with --fit host,gpu, GPU streaming factors) to measured
     runs in FILES; write --out."""
     from simulator.calibration.build import build_overlay, make_header
@@ -87,7 +91,11 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
         raise InputError(f"--out {out}: folder {target.parent} does not exist")
     start = time.perf_counter()
     paths = [Path(f) for f in files]
-    read, runs, mapped = read_and_map(paths, fmt, scenario, sets, limit, sample, seed)
+    read, runs, mapped = read_and_map(paths, fmt, scenario, sets, limit, sample, seed,
+                                      max_concurrency)
+    if not mapped:
+        raise InputError(f"calibrate --max-concurrency {max_concurrency}: no closed-loop run "
+                         f"of the {read} read has that few requests in flight")
     prep = Progress(len(mapped), label="calibrate: preparing", unit="runs")
     problem = build_problem(mapped, prep, kinds)
     prep.close()

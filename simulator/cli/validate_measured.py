@@ -93,10 +93,12 @@ _PARAMS = ("measurements", "more_files", "fmt", "scenario", "sets", "method", "l
 
 def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
                  sets: tuple[str, ...], limit: int | None, sample: int | None,
-                 seed: int) -> tuple[int, list[MeasuredRun], list[Mapped]]:
-    """Read every file (failing before any work), keep --limit or a seeded --sample of the
-    runs, and map each to a scenario (a user's scenario that does not validate: exit 2).
-    Returns the runs read, the runs kept and their mappings."""
+                 seed: int, max_concurrency: int | None = None
+                 ) -> tuple[int, list[MeasuredRun], list[Mapped]]:
+    """Read every file (failing before any work), keep the closed loops of at most
+    `max_concurrency` in flight (when given), then --limit or a seeded --sample of the runs,
+    and map each to a scenario (a user's scenario that does not validate: exit 2). Returns
+    the runs read, the runs kept and their mappings."""
     from simulator.inputs.yamlfile import load_yaml_mapping
     from simulator.measured.detect import read_measurements
     from simulator.measured.scenario import map_run
@@ -108,6 +110,9 @@ def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
     base = None
     if scenario is not None:
         base = load_yaml_mapping(Path(scenario), "scenario", "keys (model, hardware, ...)")
+    if max_concurrency is not None:
+        runs = [r for r in runs
+                if r.load.concurrency is not None and r.load.concurrency <= max_concurrency]
     if limit is not None:
         runs = runs[:limit]
     elif sample is not None and sample < len(runs):
