@@ -443,3 +443,16 @@ def test_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert out.count("python -m sglang.launch_server") == 2
     assert out.count("vllm bench serve") == 2
+
+
+def test_point_ids_that_look_like_numbers_read_back_as_text(tmp_path: Path) -> None:
+    """A point ID is 16 hex digits: '1234567890123456' would read back as an int and
+    '0123e45678901234' as a float (inf past 1e308) unless the ID columns stay text."""
+    from simulator.sweep.table import write_csv
+
+    ids = ["1234567890123456", "0123e45678901234", "9e99999999999999", "abcdef0123456789"]
+    rows = [{"point_id": i, "point_status": "ok", "point_error": None, "x": 1.5} for i in ids]
+    write_csv(tmp_path / "r.csv", rows, ["point_id", "point_status", "point_error", "x"])
+    _, back = read_csv(tmp_path / "r.csv")
+    assert [r["point_id"] for r in back] == ids
+    assert back[0]["point_error"] is None and back[0]["x"] == 1.5

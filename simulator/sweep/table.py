@@ -183,9 +183,17 @@ def read_csv(path: Path) -> tuple[list[str], list[Row]]:
         except StopIteration:
             return [], []
         rows = [
-            {c: parse_cell(v) for c, v in zip(header, line, strict=False)} for line in reader
+            {c: _id_cell(v) if c in ID_COLUMNS else parse_cell(v)
+             for c, v in zip(header, line, strict=False)}
+            for line in reader
         ]
     return header, rows
+
+
+def _id_cell(text: str) -> str | None:
+    """A point's ID, status or error cell stays text: a hex ID such as '12e4...' or
+    '0042...' would otherwise read back as a number."""
+    return text or None
 
 
 def swept_columns(columns: Sequence[str], result_start: str = "requests_completed") -> list[str]:
