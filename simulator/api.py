@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from simulator.closed_form.client_phases import with_client_phases
 from simulator.closed_form.kv_load import kv_chain_summary
 from simulator.hardware.profile import Hardware
 from simulator.inputs.scenario import Scenario, load_scenario_file
@@ -132,6 +133,8 @@ def simulate(
         engine = build_engine(s, base_dir, hardware, profiles)
     stream, warnings = build_stream(s, base_dir, skip_bad_rows, engine.max_model_len or None)
     check_horizon(stream.arrival_s)
+    stream, phase_notes = with_client_phases(s, engine, stream)
+    warnings.extend(phase_notes)
     hook = _check_hook(check, engine)
     out = run(s, engine, stream, timeseries=timeseries, check=hook)
     if hook is not None and hasattr(hook, "finish"):

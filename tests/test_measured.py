@@ -100,13 +100,15 @@ def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
     }
     assert m.scenario["hardware"] == {"gpu": "b200", "gpus_per_node": 8, "nodes": 1}
     assert m.scenario["workload"] == {
-        "arrival": {"kind": "closed_loop", "concurrency": 64},
+        # the clients start at random phases of their cycle (measured/scenario.py CLIENT_START)
+        "arrival": {"kind": "closed_loop", "concurrency": 64, "start": "random_phase"},
         "input_tokens": {"kind": "fixed", "value": 1024},
         "output_tokens": {"kind": "fixed", "value": 1024},
         "num_requests": 21 * 64, "seed": 0,
     }
     assert run.load.warmup_requests == 64
     assert any("kv_cache fp8 on NVFP4 rows" in d for d in m.defaults)
+    assert any("random phases of their request cycle" in d for d in m.defaults)
     assert m.group == ("b200", "sglang", "aggregated")
 
 

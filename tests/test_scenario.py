@@ -363,7 +363,7 @@ def test_kind_change_drops_keys_of_the_old_variant() -> None:
             "workload.arrival.rate_per_s=3",
         ]
     )
-    assert "workload.arrival.rate_per_s: unknown key (valid: concurrency, kind)" in msg
+    assert "workload.arrival.rate_per_s: unknown key (valid: concurrency, kind, start)" in msg
     # the new variant's own required keys are still required
     assert "workload.arrival.concurrency: Field required" in _error(
         ["workload.arrival.kind=closed_loop"]

@@ -67,6 +67,11 @@ class ClosedLoopArrival(_Strict):
     kind: Literal["closed_loop"] = "closed_loop"
     # Requests in flight at once (clients that each wait for their answer).
     concurrency: PosInt
+    # When the clients send their first request: `together` at t = 0, as a benchmark client
+    # starts; `random_phase` each at a seeded random instant within one request cycle
+    # (concurrency / the closed-form throughput). Identical requests that start together stay
+    # in lockstep in the simulation, which measured engines do not (docs/closed-loops.md).
+    start: Literal["together", "random_phase"] = "together"
 
 
 class TraceArrival(_Strict):

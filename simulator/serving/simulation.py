@@ -192,8 +192,12 @@ class RunState:
         env, n = self.env, self.n
         concurrency = self.stream.closed_loop_concurrency
         if concurrency is not None:
-            for _ in range(min(concurrency, n)):
-                self.send_next()
+            starts = self.stream.start_s
+            for k in range(min(concurrency, n)):
+                if starts is None or starts[k] <= 0.0:
+                    self.send_next()
+                else:
+                    env.process(self.send_later(float(starts[k])))
         else:
             env.process(self.open_loop())  # its first step runs at once (URGENT priority)
         if self.limits.max_simulated_time_s is not None:
@@ -256,6 +260,11 @@ class RunState:
         cap = self.queue_cap
         if cap is not None and target.waiting_count > cap and not self.stop.triggered:
             self.stop.succeed("queue_limit")
+
+    def send_later(self, at_s: float) -> Generator[simpy.Event, Any, None]:
+        """Closed loop, as a SimPy process: a client whose first request leaves at `at_s`."""
+        yield self.env.timeout(at_s - self.env.instant)
+        self.send_next()
 
     def send_next(self) -> None:
         """Closed loop: keep one more request in flight (skipping any dropped on arrival)."""

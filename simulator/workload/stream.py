@@ -58,6 +58,8 @@ class RequestStream:
     # Per request, its traffic kind as a code into WORKLOAD_KINDS (-1: the workload's kind);
     # None when no request carries its own (a trace `kind` column or `workload.kind_mix`).
     kind: IntArray | None = None
+    # Closed loop: when each client sends its first request, ascending (None: all at t = 0).
+    start_s: FloatArray | None = None
 
     def __len__(self) -> int:
         return len(self.input_tokens)
