@@ -40,7 +40,8 @@ SGLANG_CAPPED = {
                  "arrival": {"kind": "closed_loop", "concurrency": 16}},
 }
 # The scenario each switch must move, and the result key it moves.
-WHERE = {"1": (VLLM_GPTOSS, "ttft_s"), "1b": (SGLANG_BURST, "ttft_s"),
+WHERE = {"1": (VLLM_GPTOSS, "ttft_s"), "1a": (SGLANG_DSR1, "ttft_s"),
+         "1b": (SGLANG_BURST, "ttft_s"),
          "2a": (SGLANG_DSR1, "tpot_s"), "2b": (SGLANG_DSR1, "ttft_s"),
          "2c": (SGLANG_CAPPED, "ttft_s"), "3": (VLLM_GPTOSS, "tpot_s"),
          "4": (VLLM_GPTOSS, "tpot_s"), "5": (SGLANG_DSR1, "tpot_s")}

@@ -22,7 +22,7 @@ from simulator.sweep.table import read_csv
 from tests.sweep_helpers import REPO
 from tests.test_serving import decode, make, prefill, step_timer
 
-NO_OVERHEAD = {"overhead": {"step_s": 0.0, "per_seq_s": 0.0}}
+NO_OVERHEAD = {"overhead": {"step_s": 0.0, "per_seq_s": 0.0, "request_latency_s": 0.0}}
 # Llama-3.1-8B BF16 KV: 32 layers x 2 (K, V) x 8 KV heads x 128 dims x 2 bytes per token.
 LLAMA8B_KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # 131072
 

@@ -67,12 +67,13 @@ def test_low_load_fluid_arithmetic_by_hand() -> None:
     assert est.tpot_p50_s == pytest.approx(step(2, 0) + (t - t0), rel=1e-9)
     # TTFT: half a step of residual + the step vLLM's async scheduler planned ahead, paid
     # when the engine is busy (P = 1 - exp(-B)) + the Kingman wait of the prefill channel +
-    # one chunk step + the client front end (tokenize 1000 tokens, emit the first chunk).
+    # one chunk step + the client front end (tokenize 1000 tokens, the request latency, emit
+    # the first chunk).
     fe = style.front_end
     load = b / d * 1000 / (8192 - 1)
     wait = kingman_wait_s(load, t1, 1.0, 0.0)
     ahead = t * (1 - math.exp(-b))
-    expect = t / 2 + ahead + wait + t1 + fe.ingest_s + fe.first_chunk_s + \
+    expect = t / 2 + ahead + wait + t1 + fe.ingest_s + fe.latency_s + fe.first_chunk_s + \
         1000 * fe.per_input_token_s
     assert est.ttft_mean_s == pytest.approx(expect, rel=1e-6)
     # Throughput: 0.5 req/s · 250 tokens = 125 tok/s on one GPU in steady state.

@@ -36,8 +36,10 @@ def test_parallel_and_offline_fronts() -> None:
 
 def test_sglang_burst_reaches_the_engine_in_tokenizer_order() -> None:
     """Closed loop of 4, all sent at t = 0, 100-token prompts, SGLang (serial front end,
-    10 us/token, no ingest figure): engine arrivals 1, 2, 3, 4 ms. The first request finds the
-    engine idle and is prefilled alone from 1 ms; the other three join the next prefill."""
+    10 us/token, no ingest figure): the front end frees at 1, 2, 3, 4 ms, and each request
+    reaches the engine the style's request latency L later (it holds no queue): 1, 2, 3, 4 ms
+    + L. The first request finds the engine idle and is prefilled alone from 1 ms + L; the
+    other three join the next prefill."""
     sc = make(
         deployment={"engine": "sglang", "overhead": None},
         workload={"arrival": {"kind": "closed_loop", "concurrency": 4}, "num_requests": 4},
@@ -45,11 +47,12 @@ def test_sglang_burst_reaches_the_engine_in_tokenizer_order() -> None:
     style = load_engine_styles()["sglang"]
     assert style.serial_front_end and style.front_end.ingest_s == 0.0
     tok = style.front_end.per_input_token_s * 100  # 1 ms per prompt
+    lat = style.front_end.latency_s
     rec = simulator.simulate(sc).requests
-    assert rec["arrival_s"] == approx(np.array([1, 2, 3, 4]) * tok)
-    assert rec["front_end_s"] == approx(np.array([1, 2, 3, 4]) * tok)  # queue + own 1 ms
-    assert rec["scheduled_s"][0] == approx(tok)  # idle engine: polled at once
-    first = tok + style.step_time_s(step_timer(sc)(prefill(100)), 1)
+    assert rec["arrival_s"] == approx(np.array([1, 2, 3, 4]) * tok + lat)
+    assert rec["front_end_s"] == approx(np.array([1, 2, 3, 4]) * tok + lat)  # queue, own 1 ms
+    assert rec["scheduled_s"][0] == approx(tok + lat)  # idle engine: polled at once
+    first = tok + lat + style.step_time_s(step_timer(sc)(prefill(100)), 1)
     assert rec["first_token_s"][0] == approx(first)
     assert (rec["scheduled_s"][1:] >= rec["arrival_s"][1:]).all()
 
@@ -60,8 +63,10 @@ def test_vllm_burst_is_tokenized_in_parallel() -> None:
         workload={"arrival": {"kind": "closed_loop", "concurrency": 4}, "num_requests": 4},
     )
     rec = simulator.simulate(sc).requests
-    # vLLM's front end concurrency is unknown (left parallel): each its own 100 x 10 us.
-    assert rec["arrival_s"] == approx(np.full(4, 1e-3))
+    # vLLM's front end concurrency is unknown (left parallel): each its own 100 x 10 us, then
+    # the style's request latency.
+    lat = load_engine_styles()["vllm"].front_end.latency_s
+    assert rec["arrival_s"] == approx(np.full(4, 1e-3 + lat))
 
 
 def test_client_ttft_includes_the_queue() -> None:
@@ -100,10 +105,8 @@ def test_latency_follows_the_service_and_holds_no_queue() -> None:
     assert LAT.client_offset_s(1000.0) == approx(11e-3 + 0.2)  # the estimate's scalar form
 
 
-def _one_served(latency_s: float | None) -> dict[str, object]:
-    overhead: dict[str, float] = {"step_s": 0.0, "per_seq_s": 0.0}
-    if latency_s is not None:
-        overhead["request_latency_s"] = latency_s
+def _one_served(latency_s: float) -> dict[str, object]:
+    overhead = {"step_s": 0.0, "per_seq_s": 0.0, "request_latency_s": latency_s}
     return make(deployment={"engine": "vllm", "overhead": overhead},
                 workload={"arrival": {"kind": "closed_loop", "concurrency": 1},
                           "num_requests": 3})
@@ -121,7 +124,7 @@ def test_scenario_latency_moves_ttft_not_tpot_in_simulation_and_estimate() -> No
     e1 = simulator.estimate(simulator.load_scenario(_one_served(0.25)))
     assert e1.ttft_mean_s == approx(e0.ttft_mean_s + 0.25)
     assert e1.tpot_p50_s == approx(e0.tpot_p50_s)
-    # None keeps the style's own latency.
-    styled = load_engine_styles()["vllm"].front_end.latency_s
-    assert simulator.simulate(_one_served(None)).to_dict()["ttft_s"]["mean"] == approx(
-        base["ttft_s"]["mean"] + styled)
+    # An overhead without request_latency_s keeps the style's own latency.
+    style = load_engine_styles()["vllm"]
+    assert style.with_host_cost(0.0, 0.0, None).front_end == style.front_end
+    assert style.with_host_cost(0.0, 0.0, 0.25).front_end.latency_s == 0.25

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 from pathlib import Path
 
 import pytest
@@ -221,9 +222,12 @@ def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
     """The largest TTFT jump sits where the KV cache stops holding every running request:
     preemptions start there, or (one point on) the requests it cannot hold queue. Each step
     here carries two 4000-token prompts (~0.57 s), and the one-step scheduling lookahead adds
-    one such step to every TTFT, which flattens the first jump next to the second. Before the
-    cliff TTFT moves under 4 % a step of 8 users; the cliff's jump is over 1.5x (57 requests
-    fit on two H100s as CUDA reports their memory: the jump from 64 to 72 users is 1.8x)."""
+    one such step to every TTFT, which flattens the first jump next to the second. The cliff's
+    jump is over 1.5x (57 requests fit on two H100s as CUDA reports their memory: the jump
+    from 64 to 72 users is 1.8x); before it, a step of 8 users moves TTFT by less than half
+    the cliff's jump (in log terms). Not flat: identical requests in a closed loop run in
+    cohorts, and vLLM's 19 ms request latency shifts their phase, so the median moves by up
+    to 24 % between neighbouring loads (2.37, 2.94, 2.96, 2.97, 2.39, 2.40 s)."""
     headlines, page = runs["jagged"]
     assert headlines[0].startswith("The largest jump")
     assert "preemptions rise" in headlines[1] or "queue wait grows" in headlines[1]
@@ -232,7 +236,7 @@ def test_jagged_finds_the_kv_cliff(runs: dict) -> None:
     jumps = [b / a for a, b in itertools.pairwise(ttft)]
     assert max(jumps) > 1.5
     i = jumps.index(max(jumps))
-    assert all(j < 1.04 for j in jumps[:i - 1])  # smooth before the cliff
+    assert all(math.log(j) < 0.5 * math.log(max(jumps)) for j in jumps[:i - 1])
     assert _n(rows[i + 1], "preemptions") > 0  # past the KV cliff
 
 
@@ -240,7 +244,6 @@ def test_jagged_names_the_kv_arithmetic_and_prints_plain_numbers(runs: dict) -> 
     """The cause is the cache: capacity tokens / (request tokens rounded up to 16-token
     blocks) requests fit, computed here from the run's own columns; no figure is printed in
     exponent form, and a step that did not change is not called the part that changed."""
-    import math
     import re
 
     headlines, page = runs["jagged"]

@@ -99,12 +99,20 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert (result["runs"], result["usable"], result["overall"]["runs"]) == (3, 3, 3)
     assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
                                      "b200 vllm aggregated"}
-    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5", "b6"]
+    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5", "b6", "b7"]
     # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
     on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
     assert on != tile_off
     lines = measured_markdown(result, "r.csv")
     assert lines[0] == "## Measured runs of real engines, cause by cause"
-    assert sum(ln.startswith("| b") for ln in lines) == 6 + 2  # 6 causes, 2 b200 groups
+    assert sum(ln.startswith("| b") for ln in lines) == 7 + 2  # 7 causes, 2 b200 groups
+    # The request latency moves TTFT most: it holds no engine step, so TPOT moves only as the
+    # closed loop's clients, waiting out the latency, keep fewer requests in the engine.
+    on_all, latency_off = result["overall"], result["causes"][6]
+    ttft_moved = abs(latency_off["ttft.mean"]["median_signed_error"]
+                     - on_all["ttft.mean"]["median_signed_error"])
+    tpot_moved = abs(latency_off["tpot.mean"]["median_signed_error"]
+                     - on_all["tpot.mean"]["median_signed_error"])
+    assert ttft_moved > 10 * tpot_moved
     missing = measured_markdown(None, "nowhere.csv")
     assert any("`nowhere.csv` was not found" in ln for ln in missing)

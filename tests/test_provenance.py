@@ -7,7 +7,7 @@ the in-sample cases listed in IN_SAMPLE_OF with their reason.
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,20 @@ def test_shipped_files_load() -> None:
     assert load_engine_styles()
 
 
+# How a fitted_to row names rows of a reference file: "gpu | benchmark | size" for the kernel
+# and GPU microbenchmarks; "engine | concurrency" (every run of that engine at that
+# concurrency) for the measured serving runs.
+ROW_NAMES: dict[str, Callable[[dict[str, str]], str]] = {
+    "reference/silicon_calibration.csv": lambda r: f"{r['backend']} | {r['concurrency']}",
+}
+
+
+def _microbenchmark_row(r: dict[str, str]) -> str:
+    return f"{r['gpu']} | {r['benchmark']} | {r['size']}"
+
+
 def test_reference_rows_exist() -> None:
-    """fitted_to rows of a shared reference file name real rows ("gpu | benchmark | size")."""
+    """fitted_to rows of a shared reference file name real rows (ROW_NAMES)."""
     if not REFERENCE.is_dir():
         pytest.skip("no ../shared/reference in this checkout")
     tables: dict[str, set[str]] = {}
@@ -112,9 +124,9 @@ def test_reference_rows_exist() -> None:
                 bad.append(f"{where}: no file {fit.source}")
                 continue
             if fit.source not in tables:
+                name = ROW_NAMES.get(fit.source, _microbenchmark_row)
                 with path.open(newline="") as fh:
-                    tables[fit.source] = {f"{r['gpu']} | {r['benchmark']} | {r['size']}"
-                                          for r in csv.DictReader(fh)}
+                    tables[fit.source] = {name(r) for r in csv.DictReader(fh)}
             bad += [f"{where}: {fit.source} has no row {row!r}"
                     for row in fit.rows if row not in tables[fit.source]]
     assert not bad, "\n".join(bad)

@@ -34,8 +34,9 @@ def test_request_arriving_mid_step_waits_for_the_boundary(
     (max(GPU, host) with the shipped host costs). b is polled at the first s_k >= 2 with
     k % interval == 0 and runs in step k + 1 (the lookahead): steps 1..k are a's decodes.
     vLLM and TRT-LLM put b's prompt beside a's decode in step k + 1; SGLang runs it alone.
-    Each reaches the engine after its tokenization (10 us/token): a at 100 x 10 us = 1 ms, b at
-    2 s + 200 x 10 us = 2.002 s (alone in the front end, so no queue).
+    Each reaches the engine after its tokenization (10 us/token) and the style's request
+    latency L: a at 100 x 10 us + L = 1 ms + L, b at 2 s + 200 x 10 us + L = 2.002 s + L
+    (alone in the front end, so no queue).
     """
     sc = make(
         deployment={"engine": engine, "overhead": None,
@@ -46,8 +47,8 @@ def test_request_arriving_mid_step_waits_for_the_boundary(
     style = load_engine_styles()[engine]
     assert style.schedules_ahead and eng.scheduler.recv_interval_steps == interval
     T = eng.step_model.time_s
-    tokenize = style.front_end.per_input_token_s
-    a_in, b_in = 100 * tokenize, ARRIVAL_S + 200 * tokenize  # engine arrivals
+    tokenize, lat = style.front_end.per_input_token_s, style.front_end.latency_s
+    a_in, b_in = 100 * tokenize + lat, ARRIVAL_S + 200 * tokenize + lat  # engine arrivals
 
     def wall(batch: object, seqs: int) -> float:
         return style.step_time_s(T(batch), seqs)
@@ -67,11 +68,12 @@ def test_request_arriving_mid_step_waits_for_the_boundary(
     res = simulator.simulate(sc)
     b = res.requests[1]
     assert b["arrival_s"] == approx(b_in)
-    assert b["front_end_s"] == approx(200 * tokenize)
+    assert b["front_end_s"] == approx(200 * tokenize + lat)
     assert b["scheduled_s"] == approx(scheduled)
     assert b["first_token_s"] == approx(first)
     # The client's TTFT is the engine's (wait included) plus the style's front end for the
-    # prompt (tokenization and the first chunk, engine_styles.yaml): a has 100 tokens, b 200.
+    # prompt (tokenization, request latency and the first chunk, engine_styles.yaml): a has
+    # 100 tokens, b 200.
     front = style.front_end.client_offset_s(np.array([100, 200]))
     d = res.to_dict()
     engine_ttfts = [res.requests[0]["first_token_s"] - a_in, first - b_in]
@@ -90,8 +92,10 @@ def test_idle_engine_takes_a_request_at_once(tmp_path: Path) -> None:
     )
     res = simulator.simulate(sc)
     assert res.requests[0]["finish_s"] < ARRIVAL_S
-    # b reaches the engine once tokenized: 2 s + 200 x 10 us.
-    assert res.requests[1]["scheduled_s"] == approx(ARRIVAL_S + 200 * 10e-6)
+    # b reaches the engine once tokenized, the style's request latency later: 2 s + 200 x
+    # 10 us + L.
+    lat = load_engine_styles()["sglang"].front_end.latency_s
+    assert res.requests[1]["scheduled_s"] == approx(ARRIVAL_S + 200 * 10e-6 + lat)
 
 
 def test_intake_arithmetic() -> None:

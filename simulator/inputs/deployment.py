@@ -139,15 +139,15 @@ class Scheduler(_Strict):
 
 
 class Overhead(_Strict):
-    """Per-step CPU overhead and per-request latency; overrides the defaults of the chosen
-    engine style."""
+    """Per-step CPU overhead and per-request latency; each key given overrides the chosen
+    engine style's value (one left out keeps it)."""
 
     # Host (CPU) time per engine step, seconds.
-    step_s: Annotated[float, Field(ge=0)]
+    step_s: Annotated[float, Field(ge=0)] | None = None
     # Host time per sequence in the step, seconds.
-    per_seq_s: Annotated[float, Field(ge=0)]
+    per_seq_s: Annotated[float, Field(ge=0)] | None = None
     # Delay between client and engine per request that holds no queue (the serving stack's
-    # hops), seconds; None keeps the style's `request_latency_us`.
+    # hops), seconds; 0 for a harness that drives the engine in process.
     request_latency_s: Annotated[float, Field(ge=0, le=3600)] | None = None
 
 

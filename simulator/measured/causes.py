@@ -4,9 +4,9 @@ off at a time (REPORT.md's measured-runs section, `frontier validate --write-rep
 
 A switch goes through the path the model itself uses: a mapped run's scenario (the token
 budgets the benchmark deployed with, the KV-cache format of NVIDIA's NVFP4 checkpoints), its
-GPU profile (the MXFP4 MoE kernels' token tile) or its engine's model (MiniMax-M2's q/k
-norm). Scored with the estimate, which the calibration iterates on; the simulation's figures
-are accuracy.yaml's.
+GPU profile (the MXFP4 MoE kernels' token tile) or its engine (MiniMax-M2's q/k norm, the
+request latency). Scored with the estimate, which the calibration iterates on; the
+simulation's figures are accuracy.yaml's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from simulator.measured.predict import estimate_figures, signed_errors
 from simulator.measured.scenario import DEFAULT_TOKEN_BUDGET, Mapped, layout_in_doubt, map_run
 from simulator.measured.scoring import error_stats
 from simulator.serving.engine_build import Engine
-from simulator.validation.ablation import Cause, variant_loaded
+from simulator.validation.ablation import NO_REQUEST_LATENCY, Cause, variant_loaded
 
 METRICS = ("ttft.mean", "tpot.mean")
 # Where a checkout finds the calibration file: the shared reference folder beside it.
@@ -105,6 +105,8 @@ CAUSES: tuple[Cause, ...] = (
           "chunked prefill on, 16-token blocks, 0.9 of memory", scenario=_trtllm_defaults),
     Cause("b6", "SGLang's mixed chunk (--enable-mixed-chunk, aggregated)",
           "prefill batches apart from the decodes", scenario=_sglang_unmixed),
+    Cause("b7", "the request latency (fitted at concurrency <= 16)",
+          "no request latency (request_latency_us 0)", engine=NO_REQUEST_LATENCY),
 )
 
 

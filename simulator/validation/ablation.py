@@ -53,6 +53,15 @@ def _no_front_end(e: Engine) -> Engine:
     return replace(e, style=replace(e.style, front_end=FrontEnd()))
 
 
+def _no_request_latency(e: Engine) -> Engine:
+    return replace(e, style=replace(e.style, front_end=replace(e.style.front_end,
+                                                                latency_s=0.0)))
+
+
+# The request latency switched off, every pool (the measured runs' causes use it too).
+NO_REQUEST_LATENCY = _each_pool(_no_request_latency)
+
+
 def _parallel_front_end(e: Engine) -> Engine:
     return replace(e, style=replace(e.style, serial_front_end=False))
 
@@ -91,6 +100,8 @@ def _every_module_at_weight_format(s: dict[str, Any]) -> dict[str, Any]:
 CAUSES: tuple[Cause, ...] = (
     Cause("1", "client-side TTFT costs", "front end charged 0 (TTFT as the engine sees it)",
           engine=_each_pool(_no_front_end)),
+    Cause("1a", "request latency (engine_styles.yaml, fitted to the calibration file)",
+          "no request latency (request_latency_us 0)", engine=NO_REQUEST_LATENCY),
     Cause("1b", "serial front end (one tokenizer process)",
           "requests tokenized in parallel (serial_front_end: false)",
           engine=_each_pool(_parallel_front_end)),

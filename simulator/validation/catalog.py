@@ -40,7 +40,7 @@ INT_KEYS = (
     "num_requests", "max_num_seqs", "max_num_batched_tokens", "expert_parallel",
     "recv_interval_steps",
 )
-FLOAT_KEYS = ("length_min_ratio", "gpu_memory_utilization")
+FLOAT_KEYS = ("length_min_ratio", "gpu_memory_utilization", "request_latency_s")
 TEXT_KEYS = ("model", "gpu", "weights", "activations", "kv_cache", "engine", "arrival", "keep_bf16")
 # Every row key that rows.Row.fields carries, in the order of the former CSV's columns.
 FIELD_ORDER = (
@@ -49,6 +49,7 @@ FIELD_ORDER = (
     "output_tokens", "num_requests", "max_num_seqs", "max_num_batched_tokens", "metric",
     "measured", "unit", "tolerance_pct", "pending", "note", "expert_parallel",
     "length_min_ratio", "gpu_memory_utilization", "recv_interval_steps", "keep_bf16",
+    "request_latency_s",
 )
 # Length limits of the explanations: a row's own text, a cause of the file's `causes`.
 ROW_TEXT_MAX = 300
@@ -155,6 +156,9 @@ class RowSpec(_Strict):
     recv_interval_steps: int | None = None
     length_min_ratio: float | None = None
     gpu_memory_utilization: float | None = None
+    # The measuring harness's request latency (deployment.overhead.request_latency_s) where it
+    # is not the engine style's: 0 for a script that drives the engine in process.
+    request_latency_s: float | None = Field(default=None, ge=0)
     speculative_setup: SpeculativeSetup | None = None
     goodput_ratio: tuple[str, str] | RangeRatio | None = None
     sweep_ratio: SweepRatio | None = None

@@ -60,6 +60,8 @@ class Row:
         scheduler: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": tokens}
         if f.get("recv_interval_steps"):
             scheduler["recv_interval_steps"] = int(f["recv_interval_steps"])
+        if f.get("request_latency_s"):  # "" when not given; "0.0" for an in-process harness
+            deployment["overhead"] = {"request_latency_s": float(f["request_latency_s"])}
         return {
             "name": self.id,
             "model": self.model,
