@@ -33,6 +33,8 @@ from simulator.calibration.params import (
 # Log error at which soft-L1 turns from squared to linear: 0.1 = a 10 % miss. Errors within it
 # (the run-to-run noise of a serving benchmark) fit as least squares; beyond it, as absolute.
 F_SCALE = 0.1
+# Where a prior sits on a bound, the fit also starts this share of the span inside (_off_bounds).
+BOUND_START_SHARE = 0.1
 # Finite-difference step in the fitted variable (0.1 % of a log-scale value), for the optimiser's
 # Jacobian and the identifiability check; a predictor with coarse steps (an event simulation
 # that rounds to whole steps) may need a larger one, passed as fit(..., step=).
@@ -178,6 +180,20 @@ def _probe_point(jac0: FloatArray, bounds: tuple[FloatArray, FloatArray]) -> Flo
     return np.where(flat, np.minimum(PROBE_STEP, bounds[1]), 0.0)
 
 
+def _off_bounds(bounds: tuple[FloatArray, FloatArray]) -> FloatArray | None:
+    """A start inside the bounds for parameters whose prior sits on one (a latency shipped at
+    0, its lower bound): from a bound, the trust-region reflective method scales its steps by
+    the distance to that bound, so it cannot leave; each such parameter starts
+    BOUND_START_SHARE of its span inside instead. None when no prior sits on a bound."""
+    lower, upper = bounds
+    on = (lower == 0.0) | (upper == 0.0)
+    if not on.any():
+        return None
+    span = upper - lower
+    return np.where(lower == 0.0, BOUND_START_SHARE * span,
+                    np.where(upper == 0.0, -BOUND_START_SHARE * span, 0.0))
+
+
 def _std_errors(jac: FloatArray, cost: float, n_rows: int) -> FloatArray:
     """Standard errors in the fitted variables: sqrt(diag(s^2 (J'J)^-1)), s^2 = 2 cost / dof,
     with the loss-weighted Jacobian scipy returns (its J'J approximates the cost's Hessian)."""
@@ -224,6 +240,9 @@ def fit(params: Sequence[FreeParameter], observations: ObservationSet, predict: 
         starts = [np.zeros(len(free))]
         if probe[free].any():
             starts.append(probe[free])
+        inside = _off_bounds(_bounds(params, free))
+        if inside is not None:
+            starts.append(inside)
         runs = [least_squares(
             residual, x0, jac="2-point", bounds=_bounds(params, free),
             method="trf", loss="soft_l1", f_scale=f_scale, diff_step=step,

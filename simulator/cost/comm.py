@@ -10,15 +10,29 @@ from __future__ import annotations
 
 from simulator.hardware.profile import Hardware
 
+# The per-peer latency term is fitted on groups of 2 to 8 GPUs (tensor parallelism inside an
+# HGX node); beyond 8 it is held at its 8-GPU value, not extrapolated: NCCL's tree and NVLS
+# algorithms grow as log n there, and no measurement here says by how much.
+PER_PEER_GROUP_MAX = 8
+
+
+def scale_up_latency_s(group: int, hw: Hardware) -> float:
+    """Small-message latency of a collective over `group` GPUs of one NVLink domain: the
+    2-GPU figure plus the profile's per-peer term for each GPU beyond two, up to
+    PER_PEER_GROUP_MAX (a ring takes 2(n-1) steps, a one-shot kernel reads and flags n-1
+    peers)."""
+    peers = max(0, min(group, PER_PEER_GROUP_MAX) - 2)
+    return hw.allreduce_latency_s + hw.allreduce_latency_per_peer_s * peers
+
 
 def _link(hw: Hardware, group: int) -> tuple[float, float]:
     """(latency_s, bus bytes/s) for a collective over `group` GPUs."""
     if group <= hw.scale_up_domain_size:
-        return hw.allreduce_latency_s, hw.allreduce_bus_bytes_per_s
+        return scale_up_latency_s(group, hw), hw.allreduce_bus_bytes_per_s
     # Beyond the NVLink domain the slowest hop is the NIC; hierarchical algorithms still pay
     # the NVLink latency inside each domain.
     return (
-        hw.allreduce_latency_s + hw.scale_out_latency_s,
+        scale_up_latency_s(hw.scale_up_domain_size, hw) + hw.scale_out_latency_s,
         hw.scale_out_bytes_per_s * hw.scale_out_fraction,
     )
 

@@ -98,6 +98,10 @@ class EfficiencySpec(StrictSpec):
     attention_decode_fixed_us: Annotated[float, Field(ge=0)]  # per layer: launch, split-KV merge
     kernel_launch_overhead_us: Annotated[float, Field(ge=0)]  # per kernel, inside a CUDA graph
     allreduce_latency_us: Annotated[float, Field(ge=0)]  # small-message all-reduce (scale-up)
+    # What each GPU beyond two adds to a small collective's latency inside the NVLink domain
+    # (a ring's steps and a one-shot kernel's peer reads and flags grow with the group), so
+    # allreduce_latency_us is the 2-GPU figure; 0: the same at every size (cost/comm.py).
+    allreduce_latency_per_peer_us: Annotated[float, Field(ge=0)] = 0.0
     allreduce_bus_gb_per_s: Positive  # achievable bus bandwidth at serving message sizes
     alltoall_latency_us: Annotated[float, Field(ge=0)]
     alltoall_gb_per_s: Positive  # achievable per-GPU all-to-all bandwidth over scale-up
@@ -206,6 +210,7 @@ class Hardware:
     kernel_launch_overhead_s: float
     allreduce_latency_s: float
     allreduce_bus_bytes_per_s: float
+    allreduce_latency_per_peer_s: float
     alltoall_latency_s: float
     alltoall_bytes_per_s: float
     scale_out_latency_s: float
@@ -264,6 +269,7 @@ def _to_hardware(f: HardwareFile) -> Hardware:
         kernel_launch_overhead_s=e.kernel_launch_overhead_us * 1e-6,
         allreduce_latency_s=e.allreduce_latency_us * 1e-6,
         allreduce_bus_bytes_per_s=e.allreduce_bus_gb_per_s * 1e9,
+        allreduce_latency_per_peer_s=e.allreduce_latency_per_peer_us * 1e-6,
         alltoall_latency_s=e.alltoall_latency_us * 1e-6,
         alltoall_bytes_per_s=e.alltoall_gb_per_s * 1e9,
         scale_out_latency_s=e.scale_out_latency_us * 1e-6,

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 
 from simulator.calibration.build import RowSource
-from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, streaming_keys
+from simulator.calibration.gpu_factors import (
+    COMM_KEY,
+    comm_keys,
+    gpu_parameters,
+    parameter_name,
+    streaming_keys,
+)
 from simulator.calibration.host_costs import HOST_KEYS
 from simulator.calibration.params import (
     FloatArray,
@@ -208,7 +214,7 @@ def _prepare(m: Mapped) -> _Prepared:
     explicit = any(pool.overhead is not None for pool in pools)
     styles = () if explicit else tuple(dict.fromkeys(str(pool.engine) for pool in pools))
     return _Prepared(loaded.scenario, engine, stream, styles, loaded.base_dir,
-                     streaming_keys(engine))
+                     streaming_keys(engine) + comm_keys(engine))
 
 
 def _restyled(engine: Any, values: Mapping[str, float]) -> Any:
@@ -283,7 +289,7 @@ def host_parameters(styles: Sequence[str], cpu: bool = True,
     return tuple(out)
 
 
-FIT_KINDS = ("host", "latency", "gpu")
+FIT_KINDS = ("host", "latency", "gpu", "comm")
 GUESSED = "P/D worker counts not recorded"
 # A run whose layout is in doubt (scenario.LAYOUT_IN_DOUBT) is counted under this reason.
 IN_DOUBT = {WORKERS_GUESSED: GUESSED,
@@ -325,8 +331,8 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
             progress.step()
     styles = sorted({s for p in prepared for s in p.styles})
     params = host_parameters(styles, "host" in fit, "latency" in fit)
-    if "gpu" in fit:
-        params += _declare_gpu(used, prepared)
+    if "gpu" in fit or "comm" in fit:
+        params += _declare_gpu(used, prepared, "gpu" in fit, "comm" in fit)
     predictions = _Predictions(prepared)
     at_prior = {p.name: p.prior for p in params}
     rows: list[Observation] = []
@@ -353,14 +359,20 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
                       dropped, predictions)
 
 
-def _declare_gpu(used: Sequence[Mapped], prepared: list[_Prepared]) -> tuple[FreeParameter, ...]:
-    """The GPU parameters enough runs exercise; each prepared run learns which apply to it."""
+def _declare_gpu(used: Sequence[Mapped], prepared: list[_Prepared], streaming: bool,
+                 comm: bool) -> tuple[FreeParameter, ...]:
+    """The GPU parameters enough runs exercise, of the kinds asked for (the GEMM classes'
+    streaming fractions, the collectives' per-peer latency); each prepared run learns which
+    apply to it."""
     from simulator.calibration.applied import shipped_value
 
-    pairs = {pair for p in prepared for pair in p.gpu_keys}
+    def wanted(key: str) -> bool:
+        return comm if key == COMM_KEY else streaming
+
+    keys = [tuple(pair for pair in p.gpu_keys if wanted(pair[1])) for p in prepared]
+    pairs = {pair for k in keys for pair in k}
     shipped = {(gpu, key): shipped_value(gpu, key) for gpu, key in pairs}
-    params = gpu_parameters([p.gpu_keys for p in prepared], [config_key(m) for m in used],
-                            shipped)
+    params = gpu_parameters(keys, [config_key(m) for m in used], shipped)
     declared = {(p.target.name, p.target.key) for p in params}
     for prep in prepared:
         prep.gpu_params = tuple((parameter_name(gpu, key), gpu, key)

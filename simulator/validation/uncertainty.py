@@ -25,6 +25,7 @@ _FIXED = (
     "kernel_launch_overhead_s",
     "attention_decode_fixed_s",
     "allreduce_latency_s",
+    "allreduce_latency_per_peer_s",
     "alltoall_latency_s",
     "scale_out_latency_s",
 )

@@ -1,0 +1,92 @@
+"""A small collective's latency per GPU beyond two (efficiency.allreduce_latency_per_peer_us,
+cost/comm.py) and `frontier calibrate --fit comm`, which fits it per GPU profile."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from simulator.calibration.fit import fit
+from simulator.calibration.params import FreeParameter, Observation, ObservationSet, Target
+from simulator.cli.app import cli
+from simulator.cost.comm import PER_PEER_GROUP_MAX, allgather_time_s, allreduce_time_s
+from simulator.hardware.profile import load_hardware
+from tests.test_calibrate import _row, truth_file
+
+COMM_KEY = "efficiency.allreduce_latency_per_peer_us"
+PARAM = f"h100-sxm.{COMM_KEY}"
+TRUE_US = 3.0
+
+
+def test_latency_grows_per_gpu_beyond_two_up_to_eight() -> None:
+    """H100 with 7 us at two GPUs and 2 us a peer: a 64 kB all-reduce (no bandwidth term
+    worth the name: 2(n-1)/n x 64 kB at 300 GB/s is 0.3-0.4 us) takes 7 + 2 x (n - 2) us up to
+    8 GPUs, 7 + 12 = 19 us at 8 and still 19 us at 16 (held at its 8-GPU value)."""
+    hw = dataclasses.replace(load_hardware("h100-sxm"), allreduce_latency_s=7e-6,
+                             allreduce_latency_per_peer_s=2e-6)
+    nbytes = 64e3
+
+    def bw_s(n: int) -> float:
+        return 2 * (n - 1) / n * nbytes / hw.allreduce_bus_bytes_per_s
+
+    for n, latency_us in ((2, 7.0), (4, 11.0), (8, 19.0), (16, 19.0)):
+        assert n <= hw.scale_up_domain_size or n == 16
+        if n <= hw.scale_up_domain_size:
+            assert allreduce_time_s(nbytes, n, hw) == pytest.approx(latency_us * 1e-6 + bw_s(n))
+    assert PER_PEER_GROUP_MAX == 8
+    # an all-gather pays the same latency
+    assert allgather_time_s(nbytes, 8, hw) == pytest.approx(
+        19e-6 + 7 / 8 * nbytes / hw.allreduce_bus_bytes_per_s)
+    # at 0 (every shipped profile) the latency is the same at every size, as before
+    flat = dataclasses.replace(hw, allreduce_latency_per_peer_s=0.0)
+    assert allreduce_time_s(nbytes, 8, flat) - bw_s(8) == pytest.approx(7e-6)
+
+
+def test_a_fit_leaves_a_prior_that_sits_on_its_bound() -> None:
+    """prediction = 1 s + value x 0.1 s, measured 1.3 s: the value is 3, and the fit finds it
+    from a prior of 0 on its lower bound (from a bound, the trust-region method alone scales
+    its steps to nothing)."""
+    p = FreeParameter("x", Target("hardware", "h100-sxm", COMM_KEY), 0.0, 0.0, 10.0,
+                      scale="linear")
+    obs = ObservationSet.of([Observation(1.3, "tpot_s", f"c{i}", ("g", "e", "m"))
+                             for i in range(5)])
+
+    def predict(values: dict[str, float], indices: np.ndarray) -> np.ndarray:
+        return np.full(len(indices), 1.0 + 0.1 * values["x"])
+
+    got = fit([p], obs, predict)  # type: ignore[arg-type]
+    assert got.parameters[0].value == pytest.approx(3.0, rel=1e-3)
+
+
+def _comm_row(i: int, tp: int, conc: int, isl: int) -> dict[str, str]:
+    return _row(i, "llama-3.1-8b", tp, conc, isl, 128)
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TP 4 and 8, two prompt lengths, five concurrencies on H100 (20 runs of 4
+    configurations), figures from the estimate with 3 us a peer where 0 ships."""
+    folder = tmp_path_factory.mktemp("calcomm")
+    rows = [_comm_row(i, tp, conc, isl) for i, (tp, isl, conc) in enumerate(
+        (tp, isl, conc) for tp in (4, 8) for isl in (512, 2048) for conc in (1, 4, 16, 32, 64))]
+    truth = truth_file(folder, rows, {PARAM: TRUE_US}, ("comm",), {PARAM: 0.0})
+    out = folder / "cal.yaml"
+    res = CliRunner().invoke(cli, ["calibrate", str(truth), "--out", str(out), "--folds", "2",
+                                   "--fit", "comm", "--workers", "1", "--confirm", "0"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_calibrate_fit_comm_recovers_the_per_peer_latency(overlay: Path) -> None:
+    data = yaml.safe_load(overlay.read_text())
+    (value,) = [v for v in data["values"] if v["target"]["key"] == COMM_KEY]
+    assert value["target"] == {"kind": "hardware", "name": "h100-sxm", "key": COMM_KEY}
+    assert value["value"] == pytest.approx(TRUE_US, rel=0.05)
+    assert value["prior"] == 0.0
+    # only the collective's latency: no host cost or streaming fraction was declared
+    assert len(data["values"]) == 1
