@@ -1,5 +1,7 @@
-"""A small collective's latency per GPU beyond two (efficiency.allreduce_latency_per_peer_us,
-cost/comm.py) and `frontier calibrate --fit comm`, which fits it per GPU profile."""
+"""A small collective's latency per GPU beyond two (the GPU profile's
+efficiency.allreduce_latency_per_peer_us, replaced by an engine style's or a deployment
+overhead's allreduce_latency_per_peer_*; cost/comm.py) and `frontier calibrate --fit comm`,
+which fits it per engine style."""
 
 from __future__ import annotations
 
@@ -19,8 +21,17 @@ from simulator.hardware.profile import load_hardware
 from tests.test_calibrate import _row, truth_file
 
 COMM_KEY = "efficiency.allreduce_latency_per_peer_us"
-PARAM = f"h100-sxm.{COMM_KEY}"
-TRUE_US = 3.0
+STYLE_KEY = "allreduce_latency_per_peer_us"
+PARAM = f"vllm.{STYLE_KEY}"
+
+
+def _shipped_us() -> float:
+    from simulator.engines.style import engine_style
+
+    return (engine_style("vllm").allreduce_latency_per_peer_s or 0.0) * 1e6
+
+
+TRUE_US = round(_shipped_us(), 9) + 2.0  # 2 us a peer above what vLLM's style ships
 
 
 def test_latency_grows_per_gpu_beyond_two_up_to_eight() -> None:
@@ -69,12 +80,13 @@ def _comm_row(i: int, tp: int, conc: int, isl: int) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """TP 4 and 8, two prompt lengths, five concurrencies on H100 (20 runs of 4
-    configurations), figures from the estimate with 3 us a peer where 0 ships."""
+    """TP 4 and 8, two prompt lengths, five concurrencies on H100 under vLLM (20 runs of 4
+    configurations), figures from the estimate at 2 us a peer above vLLM's shipped value."""
     folder = tmp_path_factory.mktemp("calcomm")
     rows = [_comm_row(i, tp, conc, isl) for i, (tp, isl, conc) in enumerate(
         (tp, isl, conc) for tp in (4, 8) for isl in (512, 2048) for conc in (1, 4, 16, 32, 64))]
-    truth = truth_file(folder, rows, {PARAM: TRUE_US}, ("comm",), {PARAM: 0.0})
+    truth = truth_file(folder, rows, {PARAM: TRUE_US}, ("comm",),
+                       {PARAM: round(_shipped_us(), 9)})
     out = folder / "cal.yaml"
     res = CliRunner().invoke(cli, ["calibrate", str(truth), "--out", str(out), "--folds", "2",
                                    "--fit", "comm", "--workers", "1", "--confirm", "0"])
@@ -82,11 +94,47 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_calibrate_fit_comm_recovers_the_per_peer_latency(overlay: Path) -> None:
+def test_calibrate_fit_comm_recovers_the_engines_per_peer_latency(overlay: Path) -> None:
     data = yaml.safe_load(overlay.read_text())
-    (value,) = [v for v in data["values"] if v["target"]["key"] == COMM_KEY]
-    assert value["target"] == {"kind": "hardware", "name": "h100-sxm", "key": COMM_KEY}
+    (value,) = [v for v in data["values"] if v["target"]["key"] == STYLE_KEY]
+    assert value["target"] == {"kind": "engine_style", "name": "vllm", "key": STYLE_KEY}
     assert value["value"] == pytest.approx(TRUE_US, rel=0.05)
-    assert value["prior"] == 0.0
+    assert value["prior"] == pytest.approx(_shipped_us())
     # only the collective's latency: no host cost or streaming fraction was declared
     assert len(data["values"]) == 1
+
+
+def test_the_overlay_applies_it_as_the_deployments_overhead(overlay: Path) -> None:
+    """--calibration sets deployment.overhead.allreduce_latency_per_peer_s, which the engine
+    build puts on the GPU profile its step model costs with (the style's and the profile's
+    value replaced)."""
+    from simulator.calibration.host_costs import calibrated, host_costs
+    from simulator.calibration.overlay import read_overlay
+    from simulator.inputs.scenario import load_scenario_file
+    from simulator.serving.engine_build import build_engine
+
+    data = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+            "deployment": {"tensor_parallel": 8, "engine": "vllm"},
+            "workload": {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                         "input_tokens": {"kind": "fixed", "value": 100},
+                         "output_tokens": {"kind": "fixed", "value": 10},
+                         "num_requests": 5}}
+    with_fit = calibrated(data, host_costs(read_overlay(overlay)))
+    per_peer_s = with_fit["deployment"]["overhead"]["allreduce_latency_per_peer_s"]
+    assert per_peer_s == pytest.approx(TRUE_US * 1e-6, rel=0.05)
+    scenario, _ = load_scenario_file(with_fit)
+    assert build_engine(scenario).hw.allreduce_latency_per_peer_s == per_peer_s
+
+
+def test_the_deployment_overrides_the_style_which_overrides_the_profile() -> None:
+    from simulator.inputs.deployment import Overhead
+    from simulator.serving.engine_build import _with_engine_collectives
+
+    hw = dataclasses.replace(load_hardware("h100-sxm"), allreduce_latency_per_peer_s=1e-6)
+    assert _with_engine_collectives(hw, None, None) is hw
+    assert _with_engine_collectives(hw, 2e-6, None).allreduce_latency_per_peer_s == 2e-6
+    both = _with_engine_collectives(hw, 2e-6, Overhead(allreduce_latency_per_peer_s=3e-6))
+    assert both.allreduce_latency_per_peer_s == 3e-6
+    # an overhead that sets other keys only keeps the style's
+    other = _with_engine_collectives(hw, 2e-6, Overhead(step_s=0.001))
+    assert other.allreduce_latency_per_peer_s == 2e-6

@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from simulator.calibration.params import FreeParameter, Scale, Target
+from simulator.calibration.params import FreeParameter, Target
 from simulator.hardware.gemm_classes import STREAMING_KEY_PATHS
 
 HBM_FRACTION_LOWER = 0.2
@@ -37,12 +37,6 @@ MIN_RUNS = 20
 MIN_CONFIGS = 3
 # The key paths the fit may move: the streaming fraction of each kernel class.
 GPU_KEYS = tuple(sorted({k for keys in STREAMING_KEY_PATHS.values() for k in keys}))
-# And (`--fit comm`) what each GPU beyond two adds to a small collective's latency
-# (cost/comm.py). Bounds: 0 (no growth with the group) to 10 us a peer, above which an 8-GPU
-# all-reduce would take longer than NCCL-tests measure without CUDA graphs (26-42 us on 8
-# H100/H200, shared/reference/kernel_microbenchmarks.csv), launch included.
-COMM_KEY = "efficiency.allreduce_latency_per_peer_us"
-COMM_BOUNDS_US = (0.0, 10.0)
 
 
 def parameter_name(gpu: str, key: str) -> str:
@@ -64,23 +58,6 @@ def streaming_keys(engine: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(found))
 
 
-def comm_keys(engine: Any) -> tuple[tuple[str, str], ...]:
-    """(GPU profile name, COMM_KEY) where a run's engine (or its prefill pool) runs a
-    collective over three GPUs or more of one domain: tensor or attention-data parallel."""
-    engines = [engine] if engine.prefill_pool is None else [engine, engine.prefill_pool]
-    found = {(e.hw.name, COMM_KEY) for e in engines
-             if max(e.step_model.layout.tensor_parallel,
-                    e.step_model.layout.attention_data_parallel) >= 3}
-    return tuple(sorted(found))
-
-
-def _bounds(key: str, prior: float) -> tuple[float, float]:
-    """A parameter's bounds, widened to hold a shipped value outside them."""
-    lower, upper = COMM_BOUNDS_US if key == COMM_KEY else (HBM_FRACTION_LOWER,
-                                                             HBM_FRACTION_UPPER)
-    return min(lower, prior), max(upper, prior)
-
-
 def gpu_parameters(run_keys: Sequence[Iterable[tuple[str, str]]], configs: Sequence[str],
                    shipped: Mapping[tuple[str, str], float]) -> tuple[FreeParameter, ...]:
     """One free parameter per (GPU, key path) that at least MIN_RUNS runs of MIN_CONFIGS
@@ -98,8 +75,7 @@ def gpu_parameters(run_keys: Sequence[Iterable[tuple[str, str]]], configs: Seque
             continue
         gpu, key = pair
         prior = shipped[pair]
-        # A latency may be 0 (its prior where none is shipped): fitted on a linear scale.
-        scale: Scale = "linear" if key == COMM_KEY else "log"
         out.append(FreeParameter(parameter_name(gpu, key), Target("hardware", gpu, key), prior,
-                                 *_bounds(key, prior), scale=scale))
+                                 min(HBM_FRACTION_LOWER, prior),
+                                 max(HBM_FRACTION_UPPER, prior)))
     return tuple(out)

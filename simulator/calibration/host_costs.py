@@ -1,6 +1,7 @@
 """A calibration overlay's host costs applied to a scenario: each engine type (the
 deployment, or each P/D pool) that sets no `overhead` of its own gets its engine style's
-fitted per-step and per-sequence cost and per-request latency, as scenario overrides. One
+fitted per-step and per-sequence cost, per-request latency and all-reduce per-peer latency, as
+scenario overrides. One
 rule for `simulate`, `estimate`, `sweep` and `lesson` under `--calibration`."""
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ from typing import Any
 from simulator.calibration.overlay import CalibrationOverlay
 
 HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us", "request_latency_us")
+# An engine style's all-reduce kernels (`--fit comm`): what each GPU beyond two adds to a small
+# collective's latency (cost/comm.py), microseconds. Bounds: 0 (no growth with the group) to
+# 10 us a peer, above which an 8-GPU all-reduce would take longer than NCCL-tests measure
+# without CUDA graphs (26-42 us on 8 H100/H200, shared/reference/kernel_microbenchmarks.csv),
+# launch included.
+COMM_KEY = "allreduce_latency_per_peer_us"
+COMM_BOUNDS_US = (0.0, 10.0)
 HostCosts = Mapping[str, Mapping[str, float]]  # engine style -> {key of HOST_KEYS: us}
 
 
@@ -19,7 +27,7 @@ def host_costs(overlay: CalibrationOverlay) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for v in overlay.values:
         t = v.target
-        if t.kind == "engine_style" and t.key in HOST_KEYS:
+        if t.kind == "engine_style" and (t.key in HOST_KEYS or t.key == COMM_KEY):
             out.setdefault(t.name, {})[t.key] = v.value
     return out
 
@@ -43,6 +51,9 @@ def overhead_overrides(scenario: Any, costs: HostCosts) -> list[tuple[str, float
         if "request_latency_us" in fitted:
             out.append((f"{prefix}.overhead.request_latency_s",
                         fitted["request_latency_us"] * 1e-6))
+        if COMM_KEY in fitted:
+            out.append((f"{prefix}.overhead.allreduce_latency_per_peer_s",
+                        fitted[COMM_KEY] * 1e-6))
     return out
 
 

@@ -52,10 +52,10 @@ def _signed(v: float | None) -> str:
               "request on the way to the engine that holds no queue; TTFT sees it). gpu: per "
               "GPU profile, the streaming fraction (gemm_classes.<class>.hbm_fraction) of "
               "each GEMM kernel class that at least 20 runs of 3 configurations run through, "
-              "within [0.2, 0.95] of HBM peak; decode TPOT sees it. comm: per GPU profile, "
-              "what each GPU beyond two adds to a small all-reduce's latency "
-              "(efficiency.allreduce_latency_per_peer_us, 0-10 us), from the runs with 3 or "
-              "more tensor- or attention-parallel GPUs. Host costs and latencies "
+              "within [0.2, 0.95] of HBM peak; decode TPOT sees it. comm: each engine style's "
+              "allreduce_latency_per_peer_us, what each GPU beyond two adds to a small "
+              "all-reduce's latency with its kernels (0-10 us); decode TPOT sees it. Host "
+              "costs and latencies "
               "are fitted first, on every run; GPU factors then fit only what they leave on "
               "TPOT. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,

@@ -67,6 +67,10 @@ class _StyleFile(BaseModel):
     # A delay on the way between client and engine that holds no serial resource (not the
     # front-end process, not an engine step): the serving stack's hops. None = unknown (0).
     request_latency_us: Annotated[float, Field(ge=0)] | None = None
+    # The engine's own all-reduce kernels: what each GPU beyond two adds to a small
+    # collective's latency (cost/comm.py), replacing the GPU profile's
+    # efficiency.allreduce_latency_per_peer_us. None: the profile's.
+    allreduce_latency_per_peer_us: Annotated[float, Field(ge=0, le=1000)] | None = None
     tokenize_per_input_token_us: Annotated[float, Field(ge=0)] | None = None
     first_chunk_emit_us: Annotated[float, Field(ge=0)] | None = None
     # The front end is one process that ingests and tokenizes requests one at a time, so a
@@ -239,6 +243,9 @@ class EngineStyle:
     state_slots_speculative: int | None = None
     hybrid_overlaps_cpu: bool = True
     states_paged: bool = False  # hybrid states paged in the KV pool (see _StyleFile)
+    # Per GPU beyond two on a small collective's latency (the engine's all-reduce kernels);
+    # None: the GPU profile's value.
+    allreduce_latency_per_peer_s: float | None = None
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -370,5 +377,7 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
         eager_dispatch_s_per_layer=(None if f.eager_dispatch_us_per_layer is None
                                     else f.eager_dispatch_us_per_layer * 1e-6),
         state_pool_share=None if ratio is None else ratio / (1.0 + ratio),
+        allreduce_latency_per_peer_s=(None if f.allreduce_latency_per_peer_us is None
+                                      else f.allreduce_latency_per_peer_us * 1e-6),
         **{key: getattr(f, key) for key in _same_keys()},
     )

@@ -149,6 +149,9 @@ class Overhead(_Strict):
     # Delay between client and engine per request that holds no queue (the serving stack's
     # hops), seconds; 0 for a harness that drives the engine in process.
     request_latency_s: Annotated[float, Field(ge=0, le=3600)] | None = None
+    # What each GPU beyond two adds to a small all-reduce's latency with this engine's
+    # kernels, seconds (cost/comm.py; replaces the style's and the GPU profile's value).
+    allreduce_latency_per_peer_s: Annotated[float, Field(ge=0, le=1e-3)] | None = None
 
 
 class MoeRouting(_Strict):

@@ -25,14 +25,8 @@ from typing import Any
 import numpy as np
 
 from simulator.calibration.build import RowSource
-from simulator.calibration.gpu_factors import (
-    COMM_KEY,
-    comm_keys,
-    gpu_parameters,
-    parameter_name,
-    streaming_keys,
-)
-from simulator.calibration.host_costs import HOST_KEYS
+from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, streaming_keys
+from simulator.calibration.host_costs import COMM_BOUNDS_US, COMM_KEY, HOST_KEYS
 from simulator.calibration.params import (
     FloatArray,
     FreeParameter,
@@ -42,6 +36,7 @@ from simulator.calibration.params import (
     Target,
 )
 from simulator.calibration.stages import Stage
+from simulator.inputs.deployment import DisaggregatedDeployment, Overhead
 from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
 from simulator.measured.run import LAYOUT_CONTRADICTED
@@ -93,14 +88,18 @@ class RunProblem:
         the step is memory-bound) with the host costs held (calibration/stages.py). A GPU's
         factors move only its own runs, so fitting GPUs one at a time is the same least-squares
         problem as fitting them together, and each stops when it has converged."""
-        host = tuple(p for p in self.params if p.target.kind == "engine_style")
+        host = tuple(p for p in self.params
+                     if p.target.kind == "engine_style" and p.target.key != COMM_KEY)
+        # An engine's all-reduce latency shows in the decode step, as a GPU factor does.
+        comm = tuple(p for p in self.params
+                     if p.target.kind == "engine_style" and p.target.key == COMM_KEY)
         by_gpu: dict[str, list[FreeParameter]] = {}
         for p in self.params:
             if p.target.kind == "hardware":
                 by_gpu.setdefault(p.target.name, []).append(p)
         tpot = frozenset({"tpot_s"})
         gpu = tuple(Stage(tuple(ps), tpot) for _, ps in sorted(by_gpu.items()))
-        return ((Stage(host),) if host else ()) + gpu
+        return ((Stage(host),) if host else ()) + ((Stage(comm, tpot),) if comm else ()) + gpu
 
     def predict(self, values: Mapping[str, float], indices: IntArray) -> FloatArray:
         """Predicted mean TTFT or TPOT (seconds) of the observations at `indices`."""
@@ -127,7 +126,8 @@ class _Predictions:
     def _key(self, r: int, values: Mapping[str, float]) -> tuple[int, tuple[float, ...]]:
         """Run `r` and the values of the parameters it depends on."""
         prep = self.prepared[r]
-        key = tuple(values.get(f"{s}.{k}", math.nan) for s in prep.styles for k in HOST_KEYS)
+        key = tuple(values.get(f"{s}.{k}", math.nan) for s in prep.styles
+                    for k in (*HOST_KEYS, COMM_KEY))
         key += tuple(values.get(name, math.nan) for name, _, _ in prep.gpu_params)
         return r, key
 
@@ -214,7 +214,7 @@ def _prepare(m: Mapped) -> _Prepared:
     explicit = any(pool.overhead is not None for pool in pools)
     styles = () if explicit else tuple(dict.fromkeys(str(pool.engine) for pool in pools))
     return _Prepared(loaded.scenario, engine, stream, styles, loaded.base_dir,
-                     streaming_keys(engine) + comm_keys(engine))
+                     streaming_keys(engine))
 
 
 def _restyled(engine: Any, values: Mapping[str, float]) -> Any:
@@ -237,7 +237,7 @@ def _estimate(prep: _Prepared, values: Mapping[str, float]) -> tuple[float, floa
     from simulator.closed_form.scenario import estimate
 
     try:
-        engine = _rebuilt(prep, values)
+        engine = _rebuilt(_with_collectives(prep, values), values)
         if prep.styles:
             engine = _restyled(engine, values)
         est = estimate(prep.scenario, engine, prep.stream)
@@ -246,20 +246,45 @@ def _estimate(prep: _Prepared, values: Mapping[str, float]) -> tuple[float, floa
     return float(est.ttft_mean_s), float(est.tpot_p50_s)
 
 
+def _with_collectives(prep: _Prepared, values: Mapping[str, float]) -> _Prepared:
+    """The run with each pool's all-reduce per-peer latency from `values` (its style's
+    COMM_KEY), as a deployment overhead the engine build applies; the run itself where
+    `values` sets none of its styles'."""
+    def pool_with(pool: Any) -> Any:
+        us = values.get(f"{pool.engine}.{COMM_KEY}")
+        if us is None:
+            return pool
+        seconds = us * 1e-6
+        overhead = (Overhead(allreduce_latency_per_peer_s=seconds) if pool.overhead is None
+                    else pool.overhead.model_copy(
+                        update={"allreduce_latency_per_peer_s": seconds}))
+        return pool.model_copy(update={"overhead": overhead})
+
+    if not any(f"{s}.{COMM_KEY}" in values for s in prep.styles):
+        return prep
+    dep = prep.scenario.deployment
+    if isinstance(dep, DisaggregatedDeployment):
+        dep = dep.model_copy(update={"prefill": pool_with(dep.prefill),
+                                     "decode": pool_with(dep.decode)})
+    else:
+        dep = pool_with(dep)
+    return replace(prep, scenario=prep.scenario.model_copy(update={"deployment": dep}),
+                   gpu_params=prep.gpu_params, engine=None)
+
+
 def _rebuilt(prep: _Prepared, values: Mapping[str, float]) -> Any:
     """The run's engine built on its GPU profiles with the GPU parameters' values (the
     cached one where the run has none)."""
-    if not prep.gpu_params:
-        return prep.engine
     from simulator.calibration.applied import profiles_of
     from simulator.serving.engine_build import build_engine
 
     # (GPU, key, value, shipped): profiles_of reads the first three.
     set_here = [(gpu, key, values[name], math.nan) for name, gpu, key in prep.gpu_params
                 if name in values]
-    if not set_here:  # a stage that moves no GPU value: the cached engine is the same
+    if prep.engine is not None and not set_here:  # the cached engine is the same
         return prep.engine
-    return build_engine(prep.scenario, prep.base_dir, None, profiles_of(set_here))
+    return build_engine(prep.scenario, prep.base_dir, None,
+                        profiles_of(set_here) if set_here else None)
 
 
 def host_parameters(styles: Sequence[str], cpu: bool = True,
@@ -286,6 +311,23 @@ def host_parameters(styles: Sequence[str], cpu: bool = True,
                         LATENCY_BOUNDS_US[1])
             out.append(FreeParameter(f"{name}.{key}", Target("engine_style", name, key),
                                      prior, *LATENCY_BOUNDS_US))
+    return tuple(out)
+
+
+def comm_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
+    """Each style's allreduce_latency_per_peer_us (its all-reduce kernels: what each GPU
+    beyond two adds to a small collective's latency), from the shipped value (0 where none),
+    within COMM_BOUNDS_US on a linear scale (0 is a value it may take)."""
+    from simulator.engines.style import load_engine_styles
+
+    shipped = load_engine_styles()
+    out = []
+    for name in sorted(set(styles)):
+        per_peer_s = shipped[name].allreduce_latency_per_peer_s
+        prior = min(max(round((per_peer_s or 0.0) * 1e6, 9), COMM_BOUNDS_US[0]),
+                    COMM_BOUNDS_US[1])
+        out.append(FreeParameter(f"{name}.{COMM_KEY}", Target("engine_style", name, COMM_KEY),
+                                 prior, *COMM_BOUNDS_US, scale="linear"))
     return tuple(out)
 
 
@@ -331,8 +373,10 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
             progress.step()
     styles = sorted({s for p in prepared for s in p.styles})
     params = host_parameters(styles, "host" in fit, "latency" in fit)
-    if "gpu" in fit or "comm" in fit:
-        params += _declare_gpu(used, prepared, "gpu" in fit, "comm" in fit)
+    if "comm" in fit:
+        params += comm_parameters(styles)
+    if "gpu" in fit:
+        params += _declare_gpu(used, prepared)
     predictions = _Predictions(prepared)
     at_prior = {p.name: p.prior for p in params}
     rows: list[Observation] = []
@@ -359,20 +403,14 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
                       dropped, predictions)
 
 
-def _declare_gpu(used: Sequence[Mapped], prepared: list[_Prepared], streaming: bool,
-                 comm: bool) -> tuple[FreeParameter, ...]:
-    """The GPU parameters enough runs exercise, of the kinds asked for (the GEMM classes'
-    streaming fractions, the collectives' per-peer latency); each prepared run learns which
-    apply to it."""
+def _declare_gpu(used: Sequence[Mapped], prepared: list[_Prepared]) -> tuple[FreeParameter, ...]:
+    """The GPU parameters enough runs exercise; each prepared run learns which apply to it."""
     from simulator.calibration.applied import shipped_value
 
-    def wanted(key: str) -> bool:
-        return comm if key == COMM_KEY else streaming
-
-    keys = [tuple(pair for pair in p.gpu_keys if wanted(pair[1])) for p in prepared]
-    pairs = {pair for k in keys for pair in k}
+    pairs = {pair for p in prepared for pair in p.gpu_keys}
     shipped = {(gpu, key): shipped_value(gpu, key) for gpu, key in pairs}
-    params = gpu_parameters(keys, [config_key(m) for m in used], shipped)
+    params = gpu_parameters([p.gpu_keys for p in prepared], [config_key(m) for m in used],
+                            shipped)
     declared = {(p.target.name, p.target.key) for p in params}
     for prep in prepared:
         prep.gpu_params = tuple((parameter_name(gpu, key), gpu, key)

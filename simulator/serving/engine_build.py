@@ -16,7 +16,12 @@ from simulator.cost.memory import require_fit
 from simulator.engines.style import EngineStyle, engine_style
 from simulator.errors import InputError, tag_key
 from simulator.hardware.profile import Hardware, load_hardware
-from simulator.inputs.deployment import AggregatedDeployment, DisaggregatedDeployment, WorkerPool
+from simulator.inputs.deployment import (
+    AggregatedDeployment,
+    DisaggregatedDeployment,
+    Overhead,
+    WorkerPool,
+)
 from simulator.inputs.scenario import Scenario
 from simulator.model.architecture import ATTENTION_GROUPS, Architecture
 from simulator.model.load import load_architecture
@@ -150,6 +155,18 @@ def shared_step_model(
     return model
 
 
+def _with_engine_collectives(hw: Hardware, style_per_peer_s: float | None,
+                             overhead: Overhead | None) -> Hardware:
+    """The GPU profile as the engine's collectives see it: the per-peer latency of its
+    all-reduce kernels from the deployment's overhead, else its style, else the profile's."""
+    per_peer_s = style_per_peer_s
+    if overhead is not None and overhead.allreduce_latency_per_peer_s is not None:
+        per_peer_s = overhead.allreduce_latency_per_peer_s
+    if per_peer_s is None or per_peer_s == hw.allreduce_latency_per_peer_s:
+        return hw
+    return replace(hw, allreduce_latency_per_peer_s=per_peer_s)
+
+
 def _build_engine(
     dep: AggregatedDeployment | WorkerPool,
     arch: Architecture,
@@ -176,11 +193,12 @@ def _build_engine(
             f"deployment.moe_kernel: 'unfused' prices a mixture-of-experts layer, and "
             f"{arch.name} has none; leave moe_kernel out (fused) for a dense model"
         )
+    style = engine_style(dep.engine, dep.engine_version)
+    hw = _with_engine_collectives(hw, style.allreduce_latency_per_peer_s, dep.overhead)
     step_model = shared_step_model(
         arch, hw, layout, formats, comm_overlap, slots, dep.moe_kernel == "unfused"
     )
     s = dep.scheduler
-    style = engine_style(dep.engine, dep.engine_version)
     if not dep.cuda_graphs:
         style = style.eager()
     if arch.linear is not None:
