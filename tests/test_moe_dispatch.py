@@ -104,3 +104,25 @@ def test_export_names_sglangs_deepep_backend_for_all_to_all() -> None:
     assert "--moe-a2a-backend deepep" in text
     gather = dict(sc, deployment={**sc["deployment"], "moe_dispatch": "gather"})
     assert "--moe-a2a-backend" not in " ".join(launch_commands(gather, "sglang"))
+
+
+def test_a_rank_prefilling_beside_decoding_ranks_is_gathered_unpadded() -> None:
+    """DP8 x TP1, EP8 on B200: one rank prefills a 1024-token prompt while each of the eight
+    decodes 2 tokens (1040 tokens in all; the busiest rank holds 1026). Padded to the busiest
+    rank, the gather carries 8 x 1026 = 8208 rows (all-gather: 7/8 of them over the wire);
+    summed, each rank writes its rows at its offset of a 1040-row buffer that is all-reduced
+    (2 x 7/8 of it): 2 x 1040 < 8208, so the summed way wins, as SGLang's DpPaddingMode picks
+    it whenever a rank prefills. 61 layers, a gather and a reduce back each."""
+    from simulator.cost.operators import group_ops
+
+    hw = load_hardware("b200")
+    model = StepModel(load_architecture("deepseek-r1"), hw, ParallelLayout(1, 1, 8, 8), FP8)
+    padded = allgather_time_s(8 * 1026 * 7168 * BF16_BYTES, 8, hw)
+    summed = allreduce_time_s(1040 * 7168 * BF16_BYTES, 8, hw)
+    assert summed < padded / 3
+    comm = {o.op: o.time_s for o in group_ops(model, 1040, 1026) if o.bound == "communication"}
+    assert comm["dp_gather_scatter"] == pytest.approx(61 * 2 * summed, rel=1e-12)
+    # balanced decode (8 ranks x 2 tokens): padding costs nothing, the all-gather is cheaper
+    comm = {o.op: o.time_s for o in group_ops(model, 16, 2) if o.bound == "communication"}
+    assert comm["dp_gather_scatter"] == pytest.approx(
+        61 * 2 * allgather_time_s(16 * 7168 * BF16_BYTES, 8, hw), rel=1e-12)

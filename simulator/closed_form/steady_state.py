@@ -49,7 +49,7 @@ class Unit:
     decodes_first_token: bool = False  # disaggregated decode pool: prefill happened elsewhere
     prefills_only: bool = False  # disaggregated prefill pool: no decoding here
     # Attention-DP ranks stepping in lockstep (the unit is one rank): a step carrying a chunk
-    # on any rank takes as long as one carrying it on every rank (the MoE pads to the busiest).
+    # on any rank holds every rank for it (chunk_step_s costs it).
     lockstep_ranks: int = 1
     # Whole steps a busy engine makes an arrival wait beyond the rest of the step under way
     # (serving/intake.py): 1 for a one-step lookahead, plus (n - 1) / 2 on average for a poll
@@ -62,6 +62,15 @@ class Unit:
     # KV tokens a running request's recurrent state takes when the engine pages states in its
     # KV pool (a hybrid model under vLLM: SchedulerConfig.state_blocks x block size).
     state_tokens: int = 0
+    # Attention-DP: a step in which one rank carries the prompt chunk and the others decode
+    # (the ranks step together); None: as step_s costs it (one rank).
+    chunk_on_one_rank_s: StepFn | None = None
+
+    def chunk_step_s(self, decode: float, prefill: float, prefill_seqs: float,
+                     offset: float) -> float:
+        """A step carrying one chunk on one rank (of lockstep_ranks), the others decoding."""
+        step = self.chunk_on_one_rank_s or self.step_s
+        return step(decode, prefill, prefill_seqs, offset)
 
     @property
     def fed_per_decoder(self) -> int:
@@ -158,7 +167,7 @@ def operating_point(unit: Unit, traffic: Traffic, batch: float) -> Operating:
         busy = chunks * unit.lockstep_ranks  # chunks per step on any rank
         if chunks <= 1.0:
             # One chunk in a share of the steps (on any lockstep rank), the others decode only.
-            t1 = unit.step_s(seen, c, 1.0, offset)
+            t1 = unit.chunk_step_s(seen, c, 1.0, offset)
             t = t0 + min(1.0, busy) * (t1 - t0)
         else:  # every step carries B I / D prompt tokens
             t1 = t = unit.step_s(seen, new * i, chunks, offset)
@@ -166,7 +175,7 @@ def operating_point(unit: Unit, traffic: Traffic, batch: float) -> Operating:
         return Operating(batch, batch / (d * t) if d > 0 else 0.0, t, t0, n * t1, load)
     # Prefill-only steps, prefill first: the decoders wait through them.
     n, c = _prefill_chunks(i, unit.budget_tokens, unit.chunked)
-    alone = n * unit.step_s(0.0, c, 1.0, c * (n - 1) / 2)
+    alone = n * unit.chunk_step_s(0.0, c, 1.0, c * (n - 1) / 2)
     if new <= 1.0:
         per_step = min(1.0, new * unit.lockstep_ranks) * alone
     else:  # several prompts per prefill step, up to the budget

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.closed_form.steady_state import StepFn, Unit
+from simulator.closed_form.steady_state import Unit
 from simulator.cost.attention import prefill_pairs
 from simulator.cost.draft import SpeculativeStepModel
 from simulator.cost.pipeline import stage_times
+from simulator.cost.ranks import ranked_step
 from simulator.cost.shape import BatchShape
 from simulator.cost.step import StepModel
 from simulator.engines.style import EngineStyle
@@ -33,12 +34,38 @@ class UnitStep:
     def __call__(self, decode: float, prefill: float, prefill_seqs: float,
                  offset: float) -> float:
         r = self.ranks
-        n = round(decode * r)
-        p = round(prefill * r)
-        seqs = prefill_seqs * r
-        chunk = prefill / prefill_seqs if prefill_seqs > 0 else 0.0
+        b = self._shape(decode * r, prefill * r, prefill_seqs * r, prefill, prefill_seqs,
+                        offset)
+        if self.slots > 1 and isinstance(self.model, StepModel):
+            st = stage_times(self.model, b)
+            gpu = max(st.latency_s, self.slots * max(st.stages_s))
+        else:
+            gpu = self.model.time_s(b)
+        return self.style.step_time_s(gpu, b.decode_seqs + max(0, round(prefill_seqs * r)))
+
+    def chunk_on_one_rank(self, decode: float, prefill: float, prefill_seqs: float,
+                          offset: float) -> float:
+        """A step in which one rank carries the prefill and every rank `decode` decoders:
+        the ranks step together, so the step takes the prefilling rank's time and the
+        shared MoE part on all the step's tokens (cost/ranks.py). With one rank, or a model
+        the ranked costing does not cover, the step as __call__ costs it."""
+        r = self.ranks
+        if r == 1 or self.slots > 1 or not isinstance(self.model, StepModel):
+            return self(decode, prefill, prefill_seqs, offset)
+        busy = self._shape(decode, prefill, prefill_seqs, prefill, prefill_seqs, offset)
+        idle = self._shape(decode, 0.0, 0.0, 0.0, 0.0, 0.0)
+        gpu = ranked_step(self.model, [busy, *([idle] * (r - 1))]).time_s
+        return self.style.step_time_s(gpu, round(decode * r) + max(0, round(prefill_seqs)))
+
+    def _shape(self, decode: float, prefill: float, seqs: float, chunk_tokens: float,
+               chunk_seqs: float, offset: float) -> BatchShape:
+        """The batch of `decode` decoders and `prefill` prompt tokens in `seqs` chunks of
+        chunk_tokens / chunk_seqs tokens each, `offset` tokens into their prompts."""
+        n = round(decode)
+        p = round(prefill)
+        chunk = chunk_tokens / chunk_seqs if chunk_seqs > 0 else 0.0
         pairs = seqs * prefill_pairs(round(chunk), round(offset)) if p else 0.0
-        b = BatchShape(
+        return BatchShape(
             prefill_tokens=p,
             prefill_seqs=max(1, round(seqs)) if p else 0,
             prefill_attention_pairs=pairs,
@@ -48,12 +75,6 @@ class UnitStep:
             decode_context_tokens=round(n * self.decode_context),
             speculative_tokens_per_seq=self.verify_tokens if n else 0,
         )
-        if self.slots > 1 and isinstance(self.model, StepModel):
-            st = stage_times(self.model, b)
-            gpu = max(st.latency_s, self.slots * max(st.stages_s))
-        else:
-            gpu = self.model.time_s(b)
-        return self.style.step_time_s(gpu, n + max(0, round(seqs)))
 
 
 def make_unit(
@@ -73,7 +94,7 @@ def make_unit(
     target = model.target if isinstance(model, SpeculativeStepModel) else model
     ranks = target.layout.attention_data_parallel
     slots = microbatch_slots(target.layout)
-    step: StepFn = UnitStep(model, style, decode_context, ranks, slots, verify_tokens)
+    step = UnitStep(model, style, decode_context, ranks, slots, verify_tokens)
     unit = Unit(
         step,
         cfg.max_num_seqs,
@@ -93,5 +114,6 @@ def make_unit(
         tree_tokens,
         first_token_from_prefill,
         cfg.state_blocks * cfg.block_size,
+        step.chunk_on_one_rank if ranks > 1 else None,
     )
     return unit, ranks * slots
