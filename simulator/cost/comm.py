@@ -88,3 +88,19 @@ def pipeline_hop_times_s(nbytes: float, stages: int, stage_gpus: int, hw: Hardwa
         p2p_time_s(nbytes, stage_boundary_crosses(s, stage_gpus, hw), hw)
         for s in range(stages - 1)
     ]
+
+
+def dp_gather(summed_bytes: float, padded_bytes: float, group: int,
+              hw: Hardware) -> tuple[float, float]:
+    """(time, bytes on the wire) of one attention-DP gather of a step's tokens (and, alike,
+    the reduce back): the cheaper of the two ways SGLang's DP attention picks between
+    (dp_attention.py DpPaddingMode; the summed one whenever a rank prefills). Every rank's
+    rows padded to the busiest rank's and all-gathered (MAX_LEN, `padded_bytes` in all), or
+    each rank's own rows written at its offset of a buffer of all the step's rows and
+    all-reduced (SUM_LEN, `summed_bytes`). A rank prefilling a prompt beside ranks that
+    decode a few tokens makes the padded gather `group` prompts long: the summed one wins."""
+    by_gather = allgather_time_s(padded_bytes, group, hw)
+    by_reduce = allreduce_time_s(summed_bytes, group, hw)
+    if by_gather <= by_reduce:
+        return by_gather, padded_bytes
+    return by_reduce, 2 * summed_bytes

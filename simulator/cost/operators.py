@@ -13,6 +13,7 @@ from simulator.cost.comm import (
     allgather_time_s,
     allreduce_time_s,
     alltoall_time_s,
+    dp_gather,
     pipeline_hop_times_s,
 )
 from simulator.cost.kernels import Kernels
@@ -101,7 +102,7 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
 def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
     """What every GPU of the replica runs together on all `tokens` tokens of the step: the
     collectives around attention (attention-DP: the cheaper of a gather padded to the busiest
-    rank's `rank_tokens` and an all-reduce of the summed ones, _dp_gather), the MLP/MoE, and
+    rank's `rank_tokens` and an all-reduce of the summed ones, comm.dp_gather), the MLP/MoE, and
     the pipeline sends."""
     if tokens <= 0:
         return []
@@ -131,7 +132,8 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
     else:
         per_rank = ma * h * BF16_BYTES if tp > 1 else 0.0  # no all-reduce over one rank
         gathered = L - a.num_moe_layers if lay.moe_all_to_all else L
-        gather_s, gather_bytes = _dp_gather(tokens, dp * ma, h, group, k)
+        gather_s, gather_bytes = dp_gather(tokens * h * BF16_BYTES, dp * ma * h * BF16_BYTES,
+                                           group, k.hw)
         t = L * allreduce_time_s(per_rank, tp, k.hw) + gathered * 2 * gather_s
         ops.append(
             k.comm("dp_gather_scatter", t, L * per_rank + gathered * 2 * gather_bytes)
@@ -150,24 +152,6 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
         t = sum(pipeline_hop_times_s(nbytes, pp, lay.gpus // pp, k.hw))
         ops.append(k.comm("pp_send_recv", t, (pp - 1) * nbytes))
     return ops
-
-
-def _dp_gather(tokens: int, padded_tokens: int, hidden: int, group: int,
-               k: Kernels) -> tuple[float, float]:
-    """(time, bytes) of one attention-DP gather of the step's tokens (and, alike, the reduce
-    back), the cheaper of two ways SGLang's DP attention picks between (dp_attention.py
-    DpPaddingMode; always the summed one when a rank prefills): every rank's rows padded to
-    the busiest rank's and all-gathered (MAX_LEN), or each rank's own rows written at its
-    offset of a buffer of all the step's tokens and all-reduced (SUM_LEN). A rank prefilling
-    a prompt beside ranks that decode a few tokens makes the padded gather `ranks` prompts
-    long, so the summed one wins there."""
-    padded = padded_tokens * hidden * BF16_BYTES
-    summed = tokens * hidden * BF16_BYTES
-    by_gather = allgather_time_s(padded, group, k.hw)
-    by_reduce = allreduce_time_s(summed, group, k.hw)
-    if by_gather <= by_reduce:
-        return by_gather, padded
-    return by_reduce, 2 * summed
 
 
 def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:

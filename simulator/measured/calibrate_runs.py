@@ -26,7 +26,7 @@ import numpy as np
 
 from simulator.calibration.build import RowSource
 from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, streaming_keys
-from simulator.calibration.host_costs import COMM_BOUNDS_US, COMM_KEY, HOST_KEYS
+from simulator.calibration.host_costs import COMM_KEY, HOST_KEYS
 from simulator.calibration.params import (
     FloatArray,
     FreeParameter,
@@ -36,7 +36,7 @@ from simulator.calibration.params import (
     Target,
 )
 from simulator.calibration.stages import Stage
-from simulator.inputs.deployment import DisaggregatedDeployment, Overhead
+from simulator.measured.calibrate_comm import comm_parameters, with_collectives
 from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
 from simulator.measured.run import LAYOUT_CONTRADICTED
@@ -85,7 +85,8 @@ class RunProblem:
 
     def stages(self) -> tuple[Stage, ...]:
         """Host costs on every row first, then each GPU's factors on TPOT rows (decode, where
-        the step is memory-bound) with the host costs held (calibration/stages.py). A GPU's
+        the step is memory-bound) with the host costs held (calibration/stages.py); the
+        engines' all-reduce per-peer latencies (comm) likewise on TPOT rows. A GPU's
         factors move only its own runs, so fitting GPUs one at a time is the same least-squares
         problem as fitting them together, and each stops when it has converged."""
         host = tuple(p for p in self.params
@@ -247,34 +248,15 @@ def _estimate(prep: _Prepared, values: Mapping[str, float]) -> tuple[float, floa
 
 
 def _with_collectives(prep: _Prepared, values: Mapping[str, float]) -> _Prepared:
-    """The run with each pool's all-reduce per-peer latency from `values` (its style's
-    COMM_KEY), as a deployment overhead the engine build applies; the run itself where
-    `values` sets none of its styles'."""
-    def pool_with(pool: Any) -> Any:
-        us = values.get(f"{pool.engine}.{COMM_KEY}")
-        if us is None:
-            return pool
-        seconds = us * 1e-6
-        overhead = (Overhead(allreduce_latency_per_peer_s=seconds) if pool.overhead is None
-                    else pool.overhead.model_copy(
-                        update={"allreduce_latency_per_peer_s": seconds}))
-        return pool.model_copy(update={"overhead": overhead})
-
-    if not any(f"{s}.{COMM_KEY}" in values for s in prep.styles):
-        return prep
-    dep = prep.scenario.deployment
-    if isinstance(dep, DisaggregatedDeployment):
-        dep = dep.model_copy(update={"prefill": pool_with(dep.prefill),
-                                     "decode": pool_with(dep.decode)})
-    else:
-        dep = pool_with(dep)
-    return replace(prep, scenario=prep.scenario.model_copy(update={"deployment": dep}),
-                   gpu_params=prep.gpu_params, engine=None)
+    """The run with its styles' all-reduce per-peer latency from `values` (calibrate_comm.py);
+    its engine is then rebuilt (engine None), or the run itself where `values` sets none."""
+    scenario = with_collectives(prep.scenario, prep.styles, values)
+    return prep if scenario is None else replace(prep, scenario=scenario, engine=None)
 
 
 def _rebuilt(prep: _Prepared, values: Mapping[str, float]) -> Any:
     """The run's engine built on its GPU profiles with the GPU parameters' values (the
-    cached one where the run has none)."""
+    cached one where the run has none and its scenario was not changed: engine not None)."""
     from simulator.calibration.applied import profiles_of
     from simulator.serving.engine_build import build_engine
 
@@ -311,23 +293,6 @@ def host_parameters(styles: Sequence[str], cpu: bool = True,
                         LATENCY_BOUNDS_US[1])
             out.append(FreeParameter(f"{name}.{key}", Target("engine_style", name, key),
                                      prior, *LATENCY_BOUNDS_US))
-    return tuple(out)
-
-
-def comm_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
-    """Each style's allreduce_latency_per_peer_us (its all-reduce kernels: what each GPU
-    beyond two adds to a small collective's latency), from the shipped value (0 where none),
-    within COMM_BOUNDS_US on a linear scale (0 is a value it may take)."""
-    from simulator.engines.style import load_engine_styles
-
-    shipped = load_engine_styles()
-    out = []
-    for name in sorted(set(styles)):
-        per_peer_s = shipped[name].allreduce_latency_per_peer_s
-        prior = min(max(round((per_peer_s or 0.0) * 1e6, 9), COMM_BOUNDS_US[0]),
-                    COMM_BOUNDS_US[1])
-        out.append(FreeParameter(f"{name}.{COMM_KEY}", Target("engine_style", name, COMM_KEY),
-                                 prior, *COMM_BOUNDS_US, scale="linear"))
     return tuple(out)
 
 
