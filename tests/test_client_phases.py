@@ -124,3 +124,22 @@ def test_an_unknown_start_is_refused_in_one_line(capsys: pytest.CaptureFixture[s
                             "--set", "workload.arrival.start=sometimes"], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "workload.arrival.start" in err and "'together' or 'random_phase'" in err
+
+
+def test_without_an_estimate_the_clients_start_together_and_the_run_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scenario the closed form cannot estimate still simulates: its clients start
+    together, and a warning says why."""
+    import simulator.closed_form.scenario as closed
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("no steady state for this layout")
+
+    monkeypatch.setattr(closed, "estimate", refuse)
+    s = copy.deepcopy(SCENARIO)
+    s["workload"]["arrival"]["start"] = "random_phase"
+    r = simulator.simulate(s)
+    assert any("no closed-form estimate of the request cycle (no steady state for this layout)"
+               in w for w in r.warnings)
+    sent = r.requests["arrival_s"][:C] - r.requests["front_end_s"][:C]
+    assert np.all(sent == 0.0)

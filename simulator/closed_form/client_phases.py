@@ -40,7 +40,12 @@ def with_client_phases(scenario: Scenario, engine: Engine, stream: RequestStream
         return stream, []
     from simulator.closed_form.scenario import estimate
 
-    rate_per_s = estimate(scenario, engine, stream).rate_per_s
+    try:
+        rate_per_s = estimate(scenario, engine, stream).rate_per_s
+    except (ValueError, RuntimeError, ZeroDivisionError, OverflowError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return stream, [f"start random_phase: no closed-form estimate of the request cycle "
+                        f"({reason}), so the clients start together"]
     if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
         return stream, [f"start random_phase: the estimate gives no throughput "
                         f"({rate_per_s} requests/s), so the clients start together"]
