@@ -16,7 +16,12 @@ from click.testing import CliRunner
 from simulator.calibration.fit import fit
 from simulator.calibration.params import FreeParameter, Observation, ObservationSet, Target
 from simulator.cli.app import cli
-from simulator.cost.comm import PER_PEER_GROUP_MAX, allgather_time_s, allreduce_time_s
+from simulator.cost.comm import (
+    PER_PEER_GROUP_MAX,
+    allgather_time_s,
+    allreduce_time_s,
+    scale_up_latency_s,
+)
 from simulator.hardware.profile import load_hardware
 from tests.test_calibrate import _row, truth_file
 
@@ -45,11 +50,13 @@ def test_latency_grows_per_gpu_beyond_two_up_to_eight() -> None:
     def bw_s(n: int) -> float:
         return 2 * (n - 1) / n * nbytes / hw.allreduce_bus_bytes_per_s
 
-    for n, latency_us in ((2, 7.0), (4, 11.0), (8, 19.0), (16, 19.0)):
-        assert n <= hw.scale_up_domain_size or n == 16
-        if n <= hw.scale_up_domain_size:
-            assert allreduce_time_s(nbytes, n, hw) == pytest.approx(latency_us * 1e-6 + bw_s(n))
+    for n, latency_us in ((2, 7.0), (4, 11.0), (8, 19.0)):
+        assert allreduce_time_s(nbytes, n, hw) == pytest.approx(latency_us * 1e-6 + bw_s(n))
+    # 16 GPUs of one domain (GB200 NVL72): held at the 8-GPU value, not 7 + 2 x 14 = 35 us
     assert PER_PEER_GROUP_MAX == 8
+    assert scale_up_latency_s(16, hw) == pytest.approx(19e-6)
+    nvl72 = dataclasses.replace(hw, scale_up_domain_size=72)
+    assert allreduce_time_s(nbytes, 16, nvl72) == pytest.approx(19e-6 + bw_s(16))
     # an all-gather pays the same latency
     assert allgather_time_s(nbytes, 8, hw) == pytest.approx(
         19e-6 + 7 / 8 * nbytes / hw.allreduce_bus_bytes_per_s)

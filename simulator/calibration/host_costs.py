@@ -1,8 +1,8 @@
-"""A calibration overlay's host costs applied to a scenario: each engine type (the
-deployment, or each P/D pool) that sets no `overhead` of its own gets its engine style's
-fitted per-step and per-sequence cost, per-request latency and all-reduce per-peer latency, as
-scenario overrides. One
-rule for `simulate`, `estimate`, `sweep` and `lesson` under `--calibration`."""
+"""A calibration overlay's engine-style values applied to a scenario: each engine type (the
+deployment, or each P/D pool) that sets no `overhead` of its own gets its engine style's fitted
+per-step and per-sequence cost, per-request latency and all-reduce per-peer latency, as
+scenario overrides. One rule for `simulate`, `estimate`, `sweep` and `lesson` under
+`--calibration`."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us", "request_latency_us")
 # launch included.
 COMM_KEY = "allreduce_latency_per_peer_us"
 COMM_BOUNDS_US = (0.0, 10.0)
-HostCosts = Mapping[str, Mapping[str, float]]  # engine style -> {key of HOST_KEYS: us}
+# Every engine-style key an overlay may set (what host_costs collects).
+STYLE_KEYS = (*HOST_KEYS, COMM_KEY)
+HostCosts = Mapping[str, Mapping[str, float]]  # engine style -> {key of STYLE_KEYS: us}
 
 
 def host_costs(overlay: CalibrationOverlay) -> dict[str, dict[str, float]]:
@@ -27,7 +29,7 @@ def host_costs(overlay: CalibrationOverlay) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for v in overlay.values:
         t = v.target
-        if t.kind == "engine_style" and (t.key in HOST_KEYS or t.key == COMM_KEY):
+        if t.kind == "engine_style" and t.key in STYLE_KEYS:
             out.setdefault(t.name, {})[t.key] = v.value
     return out
 

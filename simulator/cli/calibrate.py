@@ -1,8 +1,9 @@
 """`frontier calibrate FILE... --out CALIBRATION.yaml`: fit the engine styles' host costs
-(cpu_step_us, cpu_per_seq_us, request_latency_us) and, with `--fit host,gpu`, the GPU
-profiles' GEMM streaming fractions to measured runs through the closed-form estimate, report
-the held-out errors of a grouped k-fold cross-validation before and after, and write the
-overlay that `simulate --calibration` and `estimate --calibration` apply."""
+(cpu_step_us, cpu_per_seq_us, request_latency_us; with `--fit comm` the all-reduce per-peer
+latency) and, with `--fit host,gpu`, the GPU profiles' GEMM streaming fractions to measured
+runs through the closed-form estimate, report the held-out errors of a grouped k-fold
+cross-validation before and after, and write the overlay that `simulate --calibration` and
+`estimate --calibration` apply."""
 
 from __future__ import annotations
 
@@ -55,9 +56,8 @@ def _signed(v: float | None) -> str:
               "within [0.2, 0.95] of HBM peak; decode TPOT sees it. comm: each engine style's "
               "allreduce_latency_per_peer_us, what each GPU beyond two adds to a small "
               "all-reduce's latency with its kernels (0-10 us); decode TPOT sees it. Host "
-              "costs and latencies "
-              "are fitted first, on every run; GPU factors then fit only what they leave on "
-              "TPOT. Example: --fit host,gpu.")
+              "costs and latencies are fitted first, on every run; the others then fit only "
+              "what they leave on TPOT. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="Cross-validation folds (grouped by configuration).")
 @click.option("--seed", type=int, default=0, show_default=True,
@@ -80,8 +80,8 @@ def calibrate(files: tuple[str, ...], out: str, fmt: str | None, scenario: str |
               sets: tuple[str, ...], fit_kinds: str, folds: int, seed: int,
               workers: int | None, limit: int | None, sample: int | None,
               max_concurrency: int | None, confirm: int) -> None:
-    """Fit engine host costs (and, with --fit host,gpu, GPU streaming factors) to measured
-    runs in FILES; write --out."""
+    """Fit engine-style values (host costs, request latency, all-reduce per-peer latency) and
+    GPU streaming factors, as --fit names them, to measured runs in FILES; write --out."""
     from simulator.calibration.build import build_overlay, make_header
     from simulator.calibration.overlay import write_overlay
     from simulator.cli.validate_measured import read_and_map

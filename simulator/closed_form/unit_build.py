@@ -34,7 +34,7 @@ class UnitStep:
     def __call__(self, decode: float, prefill: float, prefill_seqs: float,
                  offset: float) -> float:
         r = self.ranks
-        b = self._shape(decode * r, prefill * r, prefill_seqs * r, prefill, prefill_seqs,
+        b = self._shape(decode * r, prefill * r, prefill_seqs * r, _chunk(prefill, prefill_seqs),
                         offset)
         if self.slots > 1 and isinstance(self.model, StepModel):
             st = stage_times(self.model, b)
@@ -52,18 +52,17 @@ class UnitStep:
         r = self.ranks
         if r == 1 or self.slots > 1 or not isinstance(self.model, StepModel):
             return self(decode, prefill, prefill_seqs, offset)
-        busy = self._shape(decode, prefill, prefill_seqs, prefill, prefill_seqs, offset)
-        idle = self._shape(decode, 0.0, 0.0, 0.0, 0.0, 0.0)
+        busy = self._shape(decode, prefill, prefill_seqs, _chunk(prefill, prefill_seqs), offset)
+        idle = self._shape(decode, 0.0, 0.0, 0.0, 0.0)
         gpu = ranked_step(self.model, [busy, *([idle] * (r - 1))]).time_s
         return self.style.step_time_s(gpu, round(decode * r) + max(0, round(prefill_seqs)))
 
-    def _shape(self, decode: float, prefill: float, seqs: float, chunk_tokens: float,
-               chunk_seqs: float, offset: float) -> BatchShape:
+    def _shape(self, decode: float, prefill: float, seqs: float, chunk: float,
+               offset: float) -> BatchShape:
         """The batch of `decode` decoders and `prefill` prompt tokens in `seqs` chunks of
-        chunk_tokens / chunk_seqs tokens each, `offset` tokens into their prompts."""
+        `chunk` tokens each, `offset` tokens into their prompts."""
         n = round(decode)
         p = round(prefill)
-        chunk = chunk_tokens / chunk_seqs if chunk_seqs > 0 else 0.0
         pairs = seqs * prefill_pairs(round(chunk), round(offset)) if p else 0.0
         return BatchShape(
             prefill_tokens=p,
@@ -75,6 +74,11 @@ class UnitStep:
             decode_context_tokens=round(n * self.decode_context),
             speculative_tokens_per_seq=self.verify_tokens if n else 0,
         )
+
+
+def _chunk(prefill: float, prefill_seqs: float) -> float:
+    """Tokens per prompt chunk of a rank carrying `prefill` tokens in `prefill_seqs` chunks."""
+    return prefill / prefill_seqs if prefill_seqs > 0 else 0.0
 
 
 def make_unit(

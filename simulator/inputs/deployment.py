@@ -139,8 +139,9 @@ class Scheduler(_Strict):
 
 
 class Overhead(_Strict):
-    """Per-step CPU overhead and per-request latency; each key given overrides the chosen
-    engine style's value (one left out keeps it)."""
+    """The engine's costs outside the GPU profile: per-step host time, per-request latency and
+    its all-reduce kernels' per-peer latency; each key given overrides the chosen engine
+    style's value (one left out keeps it)."""
 
     # Host (CPU) time per engine step, seconds.
     step_s: Annotated[float, Field(ge=0)] | None = None

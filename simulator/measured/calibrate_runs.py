@@ -26,7 +26,7 @@ import numpy as np
 
 from simulator.calibration.build import RowSource
 from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, streaming_keys
-from simulator.calibration.host_costs import COMM_KEY, HOST_KEYS
+from simulator.calibration.host_costs import COMM_KEY, HOST_KEYS, STYLE_KEYS
 from simulator.calibration.params import (
     FloatArray,
     FreeParameter,
@@ -127,8 +127,7 @@ class _Predictions:
     def _key(self, r: int, values: Mapping[str, float]) -> tuple[int, tuple[float, ...]]:
         """Run `r` and the values of the parameters it depends on."""
         prep = self.prepared[r]
-        key = tuple(values.get(f"{s}.{k}", math.nan) for s in prep.styles
-                    for k in (*HOST_KEYS, COMM_KEY))
+        key = tuple(values.get(f"{s}.{k}", math.nan) for s in prep.styles for k in STYLE_KEYS)
         key += tuple(values.get(name, math.nan) for name, _, _ in prep.gpu_params)
         return r, key
 

@@ -39,10 +39,9 @@ class Loop:
 
 
 def closed_loop(scenario: dict[str, Any], warmup: int, measured: set[str]) -> Loop | None:
-    """The loop early stop may shorten: closed, its clients started together, fixed lengths, a
-    warm-up of one round, whole
-    rounds, at least 2 x MIN_ROUNDS of them, two output tokens or more (a TPOT), and only the
-    means carried over (TTFT, TPOT) scored."""
+    """The loop early stop may shorten: closed, its clients started together, fixed lengths,
+    a warm-up of one round, whole rounds, at least 2 x MIN_ROUNDS of them, two output tokens or
+    more (a TPOT), and only the means carried over (TTFT, TPOT) scored."""
     wl = scenario.get("workload") or {}
     arrival = wl.get("arrival") or {}
     if arrival.get("start") == "random_phase":
