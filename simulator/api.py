@@ -22,12 +22,12 @@ from simulator.hardware.profile import Hardware
 from simulator.inputs.scenario import Scenario, load_scenario_file
 from simulator.inputs.shipped import resolve_scenario
 from simulator.metrics.pool_stats import pool_summary
-from simulator.metrics.summary import SLOTargets, summarize
+from simulator.metrics.summary import SLOTargets, client_offset_s, summarize
 from simulator.quality.of_scenario import scenario_quality
 from simulator.serving.engine_build import Engine, build_engine
 from simulator.serving.records import DROP_REASONS
 from simulator.serving.simulation import TIMESERIES_COLUMNS, CheckHook, RunOutput, run
-from simulator.workload.stream import build_stream, check_horizon
+from simulator.workload.stream import RequestStream, build_stream, check_horizon
 
 if TYPE_CHECKING:
     from simulator.closed_form.scenario import Estimate
@@ -147,6 +147,7 @@ def simulate(
         out.records, itl_values, itl_weights, s.num_gpus, slo, engine.style.front_end
     )
     summary.update(_run_facts(out, s, engine, slo))
+    summary.update(_content_facts(out, stream, engine))
     summary["quality"] = scenario_quality(s).to_dict()
     warnings.extend(_run_warnings(out))
     if engine.speculative is not None:
@@ -211,6 +212,32 @@ def _run_facts(out: RunOutput, s: Scenario, engine: Engine,
         facts["attention_dp_imbalance_share"] = out.attention_dp_imbalance_share
     if out.pipeline is not None:
         facts["pipeline"] = out.pipeline
+    served = out.records["replica"][(out.records["drop_reason"] == 0)
+                                    & (out.records["replica"] >= 0)]
+    targets = len(out.busy_s) if out.pools is None else len(out.pools.decode)
+    if targets > 1 and served.size:
+        # The largest share of the served requests one replica (or rank) took: 1 / replicas
+        # when the router balances, 1 when it sends everything to one.
+        facts["busiest_replica_share"] = float(np.bincount(served).max()) / served.size
+    return facts
+
+
+def _content_facts(out: RunOutput, stream: RequestStream, engine: Engine) -> dict[str, Any]:
+    """The `prefix_cache` block where prompts share content, the `sessions` block for a
+    session workload."""
+    from simulator.metrics.prefix_cache import prefix_cache_summary, sessions_summary
+
+    facts: dict[str, Any] = {}
+    if stream.content is None:
+        return facts
+    offset = client_offset_s(out.records, engine.style.front_end)
+    first = engine.prefill_pool if engine.prefill_pool is not None else engine
+    facts["prefix_cache"] = prefix_cache_summary(out.records, offset, out.cache_evicted_blocks,
+                                                 first.scheduler.block_size)
+    facts["prefix_cache"]["enabled"] = first.scheduler.prefix_caching
+    if stream.session is not None:
+        facts["sessions"] = sessions_summary(out.records, stream.session,
+                                             out.records["front_end_s"])
     return facts
 
 

@@ -31,7 +31,8 @@ def test_the_checked_in_reference_is_what_the_schema_generates() -> None:
 
 def test_every_scenario_key_is_in_the_reference() -> None:
     """Each leaf key of every shipped scenario appears in the reference, by its path (or, for
-    a P/D pool's engine keys, by its key under the aggregated deployment)."""
+    a P/D pool's engine keys, by its key under the aggregated deployment; for a length
+    distribution, by its key under workload.input_tokens, whose keys it shares)."""
     text = reference_markdown()
 
     def leaves(node: object, prefix: str) -> list[str]:
@@ -43,6 +44,8 @@ def test_every_scenario_key_is_in_the_reference() -> None:
         for key in leaves(yaml.safe_load(path.read_text()), ""):
             short = key.replace("deployment.prefill.", "deployment.").replace(
                 "deployment.decode.", "deployment.").replace("output_tokens", "input_tokens")
+            for alias in ("sessions.turns", "sessions.first_input_tokens"):  # length specs
+                short = short.replace(f"workload.{alias}", "workload.input_tokens")
             assert f"`{key}`" in text or f"`{short}`" in text, f"{path.name}: {key}"
 
 

@@ -177,7 +177,7 @@ def test_unknown_key_names_its_path() -> None:
     assert _error(["deployment.scheduler.max_seqs=4"]) == (
         "scenario: deployment.scheduler.max_seqs: unknown key; did you mean 'max_num_seqs'? "
         "(valid: block_size, chunked_prefill, max_num_batched_tokens, max_num_seqs, "
-        "max_prefill_tokens, mix_prefill_decode, policy, recv_interval_steps)"
+        "max_prefill_tokens, mix_prefill_decode, policy, prefix_caching, recv_interval_steps)"
     )
     assert _error(["colour=blue"]).startswith("scenario: colour: unknown key (valid: ")
 

@@ -18,6 +18,7 @@ from simulator.engines.style import load_engine_styles
 from simulator.inputs.scenario import load_scenario_file
 from simulator.serving.engine_build import build_engine
 from simulator.serving.intake import Intake
+from simulator.serving.request import Request
 from tests.test_serving import approx, decode, make, mixed, prefill, trace_workload
 
 ARRIVAL_S = 2.0
@@ -108,8 +109,14 @@ def test_intake_arithmetic() -> None:
             if intake.at_step_start(step):
                 return step
             if step == arrive_during:
-                intake.hold(object(), step + 1)  # type: ignore[arg-type]
+                intake.hold(Request(0, 0.0, 10, 5, 0), step + 1)
         raise AssertionError("never released")
+
+    held = Intake(True, 1)
+    held.hold(Request(0, 0.0, 10, 5, 0), 3)
+    assert held.held_tokens == 15  # routers see a held request's prompt and output tokens
+    held.drain()
+    assert held.held_tokens == 0
 
     assert first_step(False, 1, 4) == 5
     assert first_step(True, 1, 4) == 6

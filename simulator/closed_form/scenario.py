@@ -43,6 +43,7 @@ from simulator.closed_form.stream_moments import (
 from simulator.closed_form.unit_build import make_unit
 from simulator.closed_form.waves import identical, waves
 from simulator.engines.style import FrontEnd
+from simulator.errors import InputError
 from simulator.inputs.deployment import DisaggregatedDeployment
 from simulator.inputs.scenario import (
     ClosedLoopArrival,
@@ -116,6 +117,7 @@ class Estimate:
 
 def estimate(scenario: Scenario, engine: Engine, stream: RequestStream) -> Estimate:
     """The fluid estimate of `scenario` on `engine` for the requests of `stream`."""
+    _check_content(scenario, engine)
     dep = scenario.deployment
     notes: list[str] = []
     front = engine.style.front_end
@@ -241,6 +243,22 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         ttft_p99, queue_mean, tps, tps / gpus, 1.0 / tpot50 if tpot50 > 0 else math.inf,
         run_tps / gpus, gpus, tuple(notes), refused_requests(engine, stream),
     )
+
+
+def _check_content(scenario: Scenario, engine: Engine) -> None:
+    """Refuse what the estimate would get silently wrong: sessions (think times between
+    turns; the history found cached) and a cached shared prefix."""
+    w = scenario.workload
+    first = engine.prefill_pool if engine.prefill_pool is not None else engine
+    if w.sessions is not None:
+        raise InputError(
+            "workload.sessions: the closed-form estimate does not model sessions (the pause "
+            "between turns, the history found in the prefix cache); run `frontier simulate`")
+    if w.shared_prefix is not None and first.scheduler.prefix_caching:
+        raise InputError(
+            "workload.shared_prefix: the closed-form estimate does not model prefix caching; "
+            "run `frontier simulate`, or set deployment.scheduler.prefix_caching: false to "
+            "estimate the uncached prompts")
 
 
 def _client_offsets_s(front: FrontEnd, traffic: Traffic) -> tuple[float, float]:

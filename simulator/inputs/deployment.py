@@ -111,6 +111,11 @@ class Scheduler(_Strict):
     # off by default there; vLLM and TensorRT-LLM always mix); None takes the engine style's
     # default (engines/engine_styles.yaml mix_prefill_decode).
     mix_prefill_decode: bool | None = None
+    # Keep computed KV blocks by content and reuse them for prompts that begin alike (vLLM's
+    # automatic prefix caching, SGLang's radix cache, TensorRT-LLM's KV block reuse: each on
+    # by default). Only prompts with known content share: workload.sessions and
+    # workload.shared_prefix (docs/sessions.md).
+    prefix_caching: bool = True
 
     @field_validator("block_size")
     @classmethod
@@ -172,7 +177,8 @@ class MoeRouting(_Strict):
     redundant_experts: Annotated[int, Field(ge=0, le=100_000)] = 0
 
 
-RankRouter = Literal["round_robin", "least_outstanding", "shortest_expected_latency"]
+RankRouter = Literal["round_robin", "least_outstanding", "shortest_expected_latency",
+                     "prefix_affinity", "cache_aware"]
 
 
 class _Worker(_Strict):

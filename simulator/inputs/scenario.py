@@ -49,6 +49,7 @@ from simulator.inputs.workload import (
 from simulator.inputs.workload import ArrivalSpec as ArrivalSpec
 from simulator.inputs.workload import ClosedLoopArrival as ClosedLoopArrival
 from simulator.inputs.workload import ConstantArrival as ConstantArrival
+from simulator.inputs.workload import DurationSpec as DurationSpec
 from simulator.inputs.workload import EmpiricalLengths as EmpiricalLengths
 from simulator.inputs.workload import FixedLengths as FixedLengths
 from simulator.inputs.workload import GammaArrival as GammaArrival
@@ -58,6 +59,8 @@ from simulator.inputs.workload import NormalLengths as NormalLengths
 from simulator.inputs.workload import OfflineArrival as OfflineArrival
 from simulator.inputs.workload import PoissonArrival as PoissonArrival
 from simulator.inputs.workload import Priorities as Priorities
+from simulator.inputs.workload import Sessions as Sessions
+from simulator.inputs.workload import SharedPrefix as SharedPrefix
 from simulator.inputs.workload import TraceArrival as TraceArrival
 from simulator.inputs.workload import UniformLengths as UniformLengths
 from simulator.inputs.yamlfile import load_yaml_mapping

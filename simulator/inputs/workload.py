@@ -239,6 +239,68 @@ class Priorities(_Strict):
         return v
 
 
+class FixedSeconds(_Strict):
+    kind: Literal["fixed"] = "fixed"
+    # Every draw is this many seconds.
+    value_s: Annotated[float, Field(ge=0, le=1e6)]
+
+
+class ExponentialSeconds(_Strict):
+    kind: Literal["exponential"] = "exponential"
+    # Mean seconds (memoryless: a user's pause, a tool's latency with a long tail).
+    mean_s: Annotated[float, Field(gt=0, le=1e6)]
+
+
+class LognormalSeconds(_Strict):
+    kind: Literal["lognormal"] = "lognormal"
+    # Median seconds.
+    median_s: Annotated[float, Field(gt=0, le=1e6)]
+    # Standard deviation of log(seconds).
+    sigma: Annotated[float, Field(gt=0, le=10)]
+
+
+DURATION_KINDS: dict[str, type[BaseModel]] = {
+    "fixed": FixedSeconds,
+    "exponential": ExponentialSeconds,
+    "lognormal": LognormalSeconds,
+}
+DurationSpec = Annotated[
+    Annotated[FixedSeconds, Tag("fixed-tag")]
+    | Annotated[ExponentialSeconds, Tag("exponential-tag")]
+    | Annotated[LognormalSeconds, Tag("lognormal-tag")],
+    Discriminator(_tag_of),
+    BeforeValidator(_kind_checker("think_time_s", DURATION_KINDS)),
+]
+
+
+class SharedPrefix(_Strict):
+    """Prompts that open every request (or every session): system prompts, tool definitions.
+    Each request draws one of `count` such prompts, uniformly; its prompt is that prefix plus
+    its own input."""
+
+    # Tokens of each shared prompt.
+    tokens: Tokens
+    # Distinct shared prompts (applications, tenants) the requests draw from.
+    count: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+
+
+class Sessions(_Strict):
+    """Multi-turn sessions: chat or an agent's loop. A turn's prompt is the session's whole
+    history (earlier inputs and answers, after any shared prefix) plus its new input
+    (`workload.input_tokens`); after its answer the session waits `think_time_s` (a user
+    reading and typing, or a tool call) and sends the next turn. Arrivals start sessions:
+    closed_loop keeps `concurrency` sessions going, an open arrival process starts one per
+    arrival. `num_requests` counts turns (the last session is cut short to fit)."""
+
+    # Turns per session (integer lengths: fixed, uniform, lognormal, ...; at least 1).
+    turns: LengthSpec
+    # Pause between a turn's last token and the session's next prompt.
+    think_time_s: DurationSpec = FixedSeconds(value_s=0.0)
+    # New tokens of a session's first turn (an agent's task and tool context), if unlike the
+    # later turns' `input_tokens`.
+    first_input_tokens: LengthSpec | None = None
+
+
 class Workload(_Strict):
     # When requests arrive: offline, poisson, gamma, constant, closed_loop or trace.
     arrival: ArrivalSpec
@@ -257,6 +319,20 @@ class Workload(_Strict):
     # A mixed workload: each request's kind drawn with these weights (a trace may instead
     # carry a `kind` column). Exclusive with `kind`.
     kind_mix: dict[WorkloadKind, PosFloat] | None = None
+    # A prompt every request (or session) begins with, shared and so cacheable.
+    shared_prefix: SharedPrefix | None = None
+    # Multi-turn sessions instead of independent requests (docs/sessions.md).
+    sessions: Sessions | None = None
+
+    @field_validator("sessions", "shared_prefix")
+    @classmethod
+    def _not_with_trace(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is not None and isinstance(info.data.get("arrival"), TraceArrival):
+            raise _invalid(
+                f"{info.field_name} must be left out with trace arrivals (a trace gives each "
+                f"request's length, not its content)"
+            )
+        return v
 
     @field_validator("kind_mix")
     @classmethod

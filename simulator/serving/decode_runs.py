@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simulator.serving.prefix_cache import cached_prefix
+
 if TYPE_CHECKING:
+    from simulator.serving.prefix_cache import PrefixCache
     from simulator.serving.request import Request
     from simulator.serving.sched_types import SchedulerConfig, _Waiting
     from simulator.serving.speculative import SpecDecoding
@@ -24,6 +27,7 @@ class DecodeRuns:
     waiting: _Waiting
     prefilling: list[Request]
     free_blocks: int
+    cache: PrefixCache | None
     step: int
     num_decoding: int
     decode_kv_sum: int
@@ -49,8 +53,11 @@ class DecodeRuns:
         if not len(self.waiting) or len(self.running) >= self.cfg.max_num_seqs:
             return False
         r = self.waiting.peek()
+        bs = self.cfg.block_size
+        cached, idle = (0, 0) if self.cache is None else cached_prefix(self.cache, r, bs)
         need = r.input_tokens + r.output_tokens - 1 if self.cfg.reserve_full else r.target
-        return -(-need // self.cfg.block_size) + self.cfg.state_blocks <= self.free_blocks
+        blocks = -(-need // bs) + self.cfg.state_blocks - cached // bs + idle
+        return blocks <= self.free_blocks
 
     def _admission_blocked(self) -> bool:
         """The first admission check of Scheduler.plan fails for the waiting queue's head
@@ -64,12 +71,15 @@ class DecodeRuns:
         budget = cfg.max_num_batched_tokens - self.num_decoding
         if budget <= 0:
             return True
-        left = r.target - r.computed
+        bs = cfg.block_size
+        cached, idle = (0, 0) if self.cache is None else cached_prefix(self.cache, r, bs)
+        left = r.target - r.computed - cached
         if not cfg.chunked_prefill and left > budget:
             return True  # a whole prompt waits beside decodes until it fits (Admission._admit)
         chunk = min(left, budget) if cfg.chunked_prefill else left
-        held = r.input_tokens + r.output_tokens - 1 if cfg.reserve_full else r.computed + chunk
-        return -(-held // cfg.block_size) + cfg.state_blocks > self.free_blocks
+        held = (r.input_tokens + r.output_tokens - 1 if cfg.reserve_full
+                else r.computed + cached + chunk)
+        return -(-held // bs) + cfg.state_blocks - cached // bs + idle > self.free_blocks
 
     def steps_before_next_finish(self) -> int:
         """Decode steps that can run before the first one in which a request finishes."""
@@ -109,3 +119,5 @@ class DecodeRuns:
         self.decode_kv_sum += n * steps
         self.outstanding_tokens -= n * steps
         self.free_blocks -= blocks
+        if self.cache is not None:
+            self.cache.trim(self.free_blocks)

@@ -131,7 +131,7 @@ class DisaggregatedPools:
         if self.prefill_emits_first and self.output_tokens[i] == 1:
             self.on_finish(r)  # its only output came with the prefill: nothing to move
             return
-        target = self.route(self.decode, i)
+        target = self.route(self.decode, i, r)
         assert isinstance(target, Replica)
         target.assigned += 1  # counted now, so routers see transfers in flight
         self.env.process(self._transfer(r, src, target))
@@ -155,6 +155,7 @@ class DisaggregatedPools:
         # The decode side recomputes the last prompt token to sample; when the prefill already
         # emitted the first output, that same one-token step processes it to sample the second.
         d.computed = r.input_tokens - 1
+        d.cached_tokens = r.cached_tokens  # what the prefill replica found in its cache
         dst.submit(d, routed=True)
 
     def _decoded(self, r: Request) -> None:

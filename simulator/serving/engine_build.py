@@ -255,6 +255,7 @@ def _build_engine(
         ),
         mix_whole_prompts=style.mix_whole_prompts,
         state_blocks=state_blocks(budget, s.block_size, style),
+        prefix_caching=s.prefix_caching,
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
 

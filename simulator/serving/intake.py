@@ -29,6 +29,7 @@ class Intake:
         self.lookahead = lookahead
         self.interval = recv_interval_steps
         self.held: deque[tuple[int, Request]] = deque()  # (release step, request), arrival order
+        self.held_tokens = 0  # prompt and output tokens of the held requests (routers see them)
 
     @property
     def delays(self) -> bool:
@@ -47,6 +48,7 @@ class Intake:
     def hold(self, r: Request, boundary: int) -> None:
         """Hold `r`, which arrived before the start of step `boundary` (0-based)."""
         self.held.append((self.release_step(boundary), r))
+        self.held_tokens += r.target - r.computed + r.output_tokens
 
     @property
     def first_release(self) -> int:
@@ -57,11 +59,14 @@ class Intake:
         """The requests the scheduler takes in before planning step `step` (0-based)."""
         held, out = self.held, []
         while held and held[0][0] <= step:
-            out.append(held.popleft()[1])
+            r = held.popleft()[1]
+            self.held_tokens -= r.target - r.computed + r.output_tokens
+            out.append(r)
         return out
 
     def drain(self) -> list[Request]:
         """Everything held: the engine has nothing planned, so its loop polls right away."""
         out = [r for _, r in self.held]
         self.held.clear()
+        self.held_tokens = 0
         return out

@@ -10,7 +10,9 @@ Per step (before the step's time passes):
   kv_blocks          0 <= free KV blocks <= capacity, and the blocks the scheduler counts as used
                      equal the blocks its running requests hold (prefilling requests their own,
                      decoding ones one per block of cached tokens, plus this step's new token;
-                     recounted every step while <= 64 requests run, else every 8th step)
+                     recounted every step while <= 64 requests run, else every 8th step;
+                     a prefix-cached block shared by k requests counted once), and the idle
+                     cached blocks fit in the free ones
   batch_seqs         sequences in the step <= max_num_seqs
   batch_tokens       BatchShape.tokens <= max_num_batched_tokens, except the one case the
                      scheduler allows (as vLLM does): without chunked prefill, a prefill-only
@@ -22,8 +24,9 @@ Per step (before the step's time passes):
                                    total HBM bytes of non-communication ops / peak HBM bandwidth)
                      (peaks are datasheet figures, times any efficiency factor above 1)
 At the end (`finish`, on the run output):
-  conservation       arrived = completed + dropped + in flight, in flight >= 0, and 0 (with every
-                     request arrived) when the status is 'completed'
+  conservation       arrived = completed + dropped on arrival + in flight, in flight >= 0, and 0
+                     (with every request arrived but the unsent turns of sessions cut short)
+                     when the status is 'completed'
   request_times      arrival <= scheduled <= first token <= finish for every completed request
   kv_freed           a completed run leaves every replica's KV pool free and its queues empty
   sampled_tokens     output tokens of completed requests <= rows sampled over all steps
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from simulator.errors import InvariantViolation  # defined low so the CLI catches it unimported
+from simulator.serving.records import DROP_SESSION
 
 if TYPE_CHECKING:
     from simulator.cost.ops import OpCost
@@ -144,6 +148,10 @@ class InvariantChecker:
                 "kv_blocks",
                 f"{sched.free_blocks} free KV blocks, outside [0, capacity {self.num_blocks}]",
             )
+        cache = sched.cache
+        if cache is not None and len(cache.idle) > sched.free_blocks:
+            raise fail("kv_blocks", f"{len(cache.idle)} idle cached blocks, more than the "
+                                    f"{sched.free_blocks} free ones that hold them")
         running = len(sched.running)
         if running <= RECOUNT_EVERY_STEP_UP_TO or step % RECOUNT_PERIOD == 0:
             held = self._blocks_held(replica, decoding_now=b.decode_seqs > 0)
@@ -211,6 +219,9 @@ class InvariantChecker:
                 held += (r.decode_start_kv + step - r.decode_start_step) // bs + state
             else:
                 held += r.blocks
+        cache = sched.cache
+        if cache is not None:  # a cached block shared by k running requests is one block
+            held -= sum(k - 1 for k in cache.refs.values() if k > 1)
         return held
 
     # ---- at the end -----------------------------------------------------------------------
@@ -224,15 +235,17 @@ class InvariantChecker:
 
         n = len(rec)
         arrived = int(np.count_nonzero(np.isfinite(rec["arrival_s"])))
-        dropped = int(np.count_nonzero(rec["drop_reason"] != 0))
+        # Later turns of a session cut short are dropped without being sent.
+        unsent = int(np.count_nonzero(rec["drop_reason"] == DROP_SESSION))
+        dropped = int(np.count_nonzero(rec["drop_reason"] != 0)) - unsent
         ok = (rec["drop_reason"] == 0) & np.isfinite(rec["finish_s"])
         completed = int(np.count_nonzero(ok))
         in_flight = arrived - completed - dropped
-        if in_flight < 0 or (out.status == "completed" and (in_flight or arrived != n)):
+        if in_flight < 0 or (out.status == "completed" and (in_flight or arrived + unsent != n)):
             raise fail(
                 "conservation",
                 f"status {out.status}: {n} requests, {arrived} arrived, {completed} completed, "
-                f"{dropped} dropped, {in_flight} in flight",
+                f"{dropped} dropped on arrival, {unsent} unsent, {in_flight} in flight",
             )
         done = rec[ok]
         order = (

@@ -67,7 +67,7 @@ class RankedReplica(Replica):
 
     @property
     def outstanding_tokens(self) -> int:
-        return sum(rk.sched.outstanding_tokens for rk in self.ranks)
+        return sum(rk.sched.outstanding_tokens for rk in self.ranks) + self.intake.held_tokens
 
     @property
     def waiting_count(self) -> int:
@@ -91,8 +91,11 @@ class RankedReplica(Replica):
     def schedulers(self) -> list[Scheduler]:
         return [rk.sched for rk in self.ranks]
 
+    def ranks_of(self) -> list[Rank]:
+        return self.ranks
+
     def _take_in(self, r: Request) -> None:
-        rank = self.rank_router(self.ranks, r.index)
+        rank = self.rank_router(self.ranks, r.index, r)
         assert isinstance(rank, Rank)
         rank.assigned += 1
         r.replica = rank.index

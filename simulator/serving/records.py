@@ -6,12 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 # Codes stored in RECORD_DTYPE["drop_reason"]; DROP_REASONS[code] says why (0: not dropped).
-DROP_KV, DROP_CONTEXT, DROP_BUDGET = 1, 2, 3
+DROP_KV, DROP_CONTEXT, DROP_BUDGET, DROP_SESSION = 1, 2, 3, 4
 DROP_REASONS = (
     "",
     "exceeds KV cache capacity",
     "exceeds max context length",
     "prompt exceeds max_num_batched_tokens without chunked prefill",
+    "an earlier turn of its session was dropped",
 )
 
 RECORD_DTYPE = np.dtype(
@@ -33,5 +34,8 @@ RECORD_DTYPE = np.dtype(
         # Client-side time before the engine had the request (front-end queue, ingest,
         # tokenization; serving/front_end.py): the client sent it at arrival_s - front_end_s.
         ("front_end_s", "f8"),
+        # Prompt tokens found in the prefix cache when it was first admitted (their prefill
+        # skipped; serving/prefix_cache.py); 0 without shared content.
+        ("cached_tokens", "i8"),
     ]
 )

@@ -77,11 +77,21 @@ class Replica:
 
     @property
     def outstanding_tokens(self) -> int:
+        held = self.intake.held_tokens  # arrived, not yet taken in by the scheduler
         if self._walk is None:
-            return self.sched.outstanding_tokens
+            return self.sched.outstanding_tokens + held
         # Each decoder's token of every step ended during the walk's sleep is done.
-        return self.sched.outstanding_tokens - self._walk[0].decoders * (
+        return self.sched.outstanding_tokens + held - self._walk[0].decoders * (
             self._walk_done() - self._walk[1])
+
+    def prefix_hit_tokens(self, r: Request) -> int:
+        """Prompt tokens of `r` the replica holds in a prefix cache now (the best of its
+        attention-DP ranks')."""
+        return max(rk.prefix_hit_tokens(r) for rk in self.ranks_of())
+
+    def ranks_of(self) -> list[Rank]:
+        """The replica's schedulers with their loads (one for a plain replica)."""
+        return [self.rank]
 
     def submit(self, r: Request, *, routed: bool = False) -> None:
         """Queue a request; `routed`: it was counted as assigned when the router chose us."""

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.workload.content import Content
 
 
 class Request:
@@ -18,7 +21,9 @@ class Request:
     __slots__ = (
         "arrival_s",
         "blocks",
+        "cached_tokens",
         "computed",
+        "content",
         "decode_epoch",
         "decode_last_step",
         "decode_start_generated",
@@ -27,9 +32,12 @@ class Request:
         "finish_s",
         "first_token_s",
         "generated",
+        "held_names",
         "index",
         "input_tokens",
         "last_token_s",
+        "named",
+        "names",
         "output_tokens",
         "past_segments",
         "preemptions",
@@ -79,6 +87,20 @@ class Request:
         self.spec_done: list[Any] | None = None  # tokens emitted per step of past decode runs
         self.spec_verify_steps = 0  # steps of finished decode runs that verified drafts
         self.spec_verify_emitted = 0  # tokens those steps emitted
+        # Prefix caching (serving/prefix_cache.py): what its prompt holds (None: its own
+        # tokens, never looked up) and the prompt tokens it found cached when first admitted.
+        # The rest of its cache state is set by `attach`, for a request with content only.
+        self.content: Content | None = None
+        self.cached_tokens = 0
+
+    def attach(self, content: Content) -> None:
+        """Give the request its prompt's content: its prompt's block names (worked out on
+        the first look-up), the cached blocks it holds a reference to, and how many of its
+        prompt blocks have been looked up or registered."""
+        self.content = content
+        self.names: list[int] | None = None
+        self.held_names: list[int] | None = None
+        self.named = 0
 
     def kv_tokens_at(self, step: int) -> int:
         """Cached tokens of a decoding request at the start of global step `step`."""

@@ -43,6 +43,10 @@ class SchedulerConfig:
     # first chunk and given back when it leaves (vLLM's hybrid KV manager pages states in the
     # KV pool); 0 for a model without one or an engine with a state pool of its own.
     state_blocks: int = 0
+    # Keep computed KV blocks by content and reuse them for prompts that start alike
+    # (serving/prefix_cache.py): vLLM's automatic prefix caching, SGLang's radix cache,
+    # TensorRT-LLM's KV block reuse. Only requests whose prompts carry content use it.
+    prefix_caching: bool = False
     # Derived once (the scheduler reads it every step): prefill work runs in steps of its own,
     # the decodes waiting.
     separate_prefill: bool = field(init=False, default=False)

@@ -18,6 +18,7 @@ from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
 from simulator.serving.admission import Admission
 from simulator.serving.decode_runs import DecodeRuns
+from simulator.serving.prefix_cache import PrefixCache
 from simulator.serving.request import Request
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig, waiting_queue
 from simulator.serving.speculative import SpecSchedule
@@ -33,7 +34,8 @@ class Scheduler(Admission, DecodeRuns):
         self.waiting = waiting_queue(cfg.policy)
         self.running: dict[int, Request] = {}  # admission order; popitem() gives the newest
         self.prefilling: list[Request] = []  # running requests whose prompt is not yet cached
-        self.free_blocks = cfg.num_blocks
+        self.free_blocks = cfg.num_blocks  # empty blocks and idle cached ones
+        self.cache = PrefixCache() if cfg.prefix_caching else None
         self.step = 0  # global decode step counter
         self.num_decoding = 0
         self.decode_kv_sum = 0  # summed cached tokens of decoding requests at step start
@@ -119,6 +121,8 @@ class Scheduler(Admission, DecodeRuns):
             if r.index not in self.running:
                 continue
             self.free_blocks -= need
+            if self.cache is not None:
+                self.cache.trim(self.free_blocks)
             r.blocks += need
             chunks.append((r, chunk))
             budget -= chunk
@@ -160,6 +164,8 @@ class Scheduler(Admission, DecodeRuns):
                 need = self._phase[phase]
             self.free_blocks -= need
             self._reserved_phase = phase
+        if self.cache is not None:
+            self.cache.trim(self.free_blocks)
         return self.num_decoding, preempted
 
     def _shape(self, chunks: list[tuple[Request, int]], decode_seqs: int) -> BatchShape:
@@ -213,6 +219,8 @@ class Scheduler(Admission, DecodeRuns):
         for r, chunk in planned.chunks:
             r.computed += chunk
             self.outstanding_tokens -= chunk
+            if self.cache is not None and r.content is not None:
+                self._register(r)
             if r.computed < r.target:
                 continue
             # The prompt (or recomputed context) is cached: this step sampled a token.
@@ -228,7 +236,10 @@ class Scheduler(Admission, DecodeRuns):
                 r.resume_tokens_s.append(end_s)
             r.last_token_s = end_s
             if r.generated >= r.output_tokens:
-                self.free_blocks += r.blocks
+                if self.cache is None:
+                    self.free_blocks += r.blocks
+                else:
+                    self._free(r, r.blocks, True)
                 r.blocks = 0
                 r.finish_s = end_s
                 del self.running[r.index]
@@ -266,11 +277,14 @@ class Scheduler(Admission, DecodeRuns):
         finished: list[Request] = []
         bucket = self._finish.pop(step, None)
         if bucket is not None:
-            running = self.running
+            running, cache = self.running, self.cache
             for r, epoch in bucket:
                 if epoch != r.decode_epoch:
                     continue  # it was preempted after this bucket entry was made
-                self.free_blocks += self._leave_decode(r, step + 1)
+                if cache is None:
+                    self.free_blocks += self._leave_decode(r, step + 1)
+                else:
+                    self._free(r, self._leave_decode(r, step + 1), True)
                 r.generated = r.output_tokens
                 r.decode_last_step = step
                 r.finish_s = end_s

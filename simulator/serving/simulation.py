@@ -18,6 +18,7 @@ from simulator.inputs.scenario import Scenario
 from simulator.serving.clock import Clock
 from simulator.serving.disaggregated import DisaggregatedPools
 from simulator.serving.engine_build import Engine, pool_spec
+from simulator.serving.finished import FinishedColumns
 from simulator.serving.front_end import FrontEndQueue
 from simulator.serving.ranks_setup import (
     dense_dp_notes,
@@ -25,10 +26,17 @@ from simulator.serving.ranks_setup import (
     make_replicas,
     pipeline_summary,
 )
-from simulator.serving.records import DROP_BUDGET, DROP_CONTEXT, DROP_KV, RECORD_DTYPE
+from simulator.serving.records import (
+    DROP_BUDGET,
+    DROP_CONTEXT,
+    DROP_KV,
+    DROP_SESSION,
+    RECORD_DTYPE,
+)
 from simulator.serving.replica import Replica, StepLog
 from simulator.serving.request import Request
 from simulator.serving.router import ROUTERS
+from simulator.serving.session_turns import SessionTurns
 from simulator.serving.spec_engine import VerifyTally, speculative_stats
 from simulator.workload.stream import RequestStream
 
@@ -70,6 +78,7 @@ class RunOutput:
     spec_emitted: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
     attention_dp_imbalance_share: float | None = None  # attention-DP runs: waits for the slowest
     pipeline: dict[str, Any] | None = None  # pipeline-parallel runs: stages and bubbles
+    cache_evicted_blocks: int = 0  # prefix caching: idle cached blocks evicted for room
 
 
 CheckHook = Callable[[Replica, Any, float], None]
@@ -128,7 +137,7 @@ class RunState:
         # time.
         self.arrival_s = array("d", [math.nan]) * n
         self.front_end_s = array("d", [0.0]) * n
-        self.done = FinishedColumns(self.records)
+        self.done = FinishedColumns(self.records, stream.content is not None)
         style = engine.style
         self.front = FrontEndQueue(
             style.front_end, style.serial_front_end, scenario.workload.arrival.kind != "offline"
@@ -139,6 +148,8 @@ class RunState:
         self.input_at, self.output_at, self.priority_at = (
             stream.input_tokens.item, stream.output_tokens.item, stream.priority.item)
         self.arrival_at = stream.arrival_s.item
+        self.content = stream.content
+        self.sessions = SessionTurns(stream) if stream.session is not None else None
         # Waiting requests (all replicas) just after the arrivals that end each quarter of the
         # stream: the evidence for the "unstable" warning. Offline runs queue everything at
         # t=0 by design, so they are not sampled.
@@ -191,13 +202,17 @@ class RunState:
         stops; how it ended: completed, time_limit or queue_limit."""
         env, n = self.env, self.n
         concurrency = self.stream.closed_loop_concurrency
+        sessions = self.sessions
         if concurrency is not None:
             starts = self.stream.start_s
-            for k in range(min(concurrency, n)):
+            clients = min(concurrency, n if sessions is None else sessions.count)
+            for k in range(clients):
                 if starts is None or starts[k] <= 0.0:
                     self.send_next()
                 else:
                     env.process(self.send_later(float(starts[k])))
+        elif sessions is not None:
+            env.process(self.session_starts(sessions))
         else:
             env.process(self.open_loop())  # its first step runs at once (URGENT priority)
         if self.limits.max_simulated_time_s is not None:
@@ -220,6 +235,8 @@ class RunState:
         self.ended_count += 1
         if self.ended_count == self.n and not self.stop.triggered:
             self.stop.succeed("completed")
+        elif self.sessions is not None:
+            self.next_turn(r.index)
         elif self.stream.closed_loop_concurrency is not None:
             self.send_next()
 
@@ -240,10 +257,7 @@ class RunState:
         elif not cfg.chunked_prefill and inp > cfg.max_num_batched_tokens:
             reason = DROP_BUDGET
         if reason:
-            self.records[i]["drop_reason"] = reason
-            self.ended_count += 1
-            if self.ended_count == self.n and not self.stop.triggered:
-                self.stop.succeed("completed")
+            self.drop(i, reason)
             return False
         if ready > now:
             env.sleep(ready - now).callbacks.append(lambda _e: self.deliver(i, inp, out))
@@ -251,10 +265,19 @@ class RunState:
             self.deliver(i, inp, out)
         return True
 
+    def drop(self, i: int, reason: int) -> None:
+        """Request i ends unserved, for `reason` (records.DROP_REASONS)."""
+        self.records[i]["drop_reason"] = reason
+        self.ended_count += 1
+        if self.ended_count == self.n and not self.stop.triggered:
+            self.stop.succeed("completed")
+
     def deliver(self, i: int, inp: int, out: int) -> None:
         """Hand request i, past the front end, to the replica the router picks."""
         r = self.make_request(i, self.env.instant, inp, out, self.priority_at(i))
-        target = self.route(self.replicas, i)
+        if self.content is not None:
+            r.attach(self.content[i])
+        target = self.route(self.replicas, i, r)
         assert isinstance(target, Replica)
         target.submit(r)
         cap = self.queue_cap
@@ -267,12 +290,65 @@ class RunState:
         self.send_next()
 
     def send_next(self) -> None:
-        """Closed loop: keep one more request in flight (skipping any dropped on arrival)."""
+        """Closed loop: keep one more request in flight (skipping any dropped on arrival); with
+        sessions, start the next session."""
+        sessions = self.sessions
+        if sessions is not None:
+            while sessions.started < sessions.count:
+                i = sessions.start_next()
+                if self.send(i):
+                    return
+                self._drop_rest(i)
+            return
         while self.next < self.n:
             i = self.next
             self.next = i + 1
             if self.send(i):
                 return
+
+    def next_turn(self, i: int) -> bool:
+        """Turn i of a session ended (answered or dropped): send the session's next turn after
+        its think time, or, the session over, start another in a closed loop. True if a turn
+        is now under way or scheduled."""
+        sessions = self.sessions
+        assert sessions is not None
+        j = sessions.next_of(i)
+        if j < 0:
+            if self.stream.closed_loop_concurrency is not None and not self.stop.triggered:
+                self.send_next()
+            return False
+        pause = sessions.think_at(j)
+        if pause > 0:
+            self.env.sleep(pause).callbacks.append(lambda _e: self._send_turn(j))
+        else:
+            self._send_turn(j)
+        return True
+
+    def _send_turn(self, j: int) -> None:
+        if not self.send(j):
+            self._drop_rest(j)
+            self.next_turn(j)
+
+    def _drop_rest(self, i: int) -> None:
+        """Turn i was dropped on arrival: its session ends, its later turns unsent."""
+        sessions = self.sessions
+        assert sessions is not None
+        j = sessions.next_of(i)
+        while j >= 0:
+            self.drop(j, DROP_SESSION)
+            j = sessions.next_of(j)
+        sessions.close(i)
+
+    def session_starts(self, sessions: SessionTurns) -> Generator[simpy.Event, Any, None]:
+        """Open arrivals of sessions, as a SimPy process: each session's first turn at its
+        arrival instant; the later turns follow their answers (next_turn)."""
+        env, arrival_at = self.env, self.arrival_at
+        for i in sessions.first_turns():
+            delay = arrival_at(i) - env.instant
+            if delay > 0:
+                yield env.sleep(delay)
+            if not self.send(i):
+                self._drop_rest(i)
 
     def open_loop(self) -> Generator[simpy.Event, Any, None]:
         """Open loop, as a SimPy process: send every request due by now, then sleep until
@@ -335,54 +411,10 @@ def run_output(state: RunState, status: str, engine: Engine) -> RunOutput:
         speculative=speculative_stats(engine.speculative, state.decode_cfg, state.decoders,
                                       state.stream, state.verify_tally),
         spec_emitted=state.spec_emitted,
+        cache_evicted_blocks=sum(
+            sched.cache.evicted_blocks for rep in state.everyone for sched in rep.schedulers()
+            if sched.cache is not None),
     )
-
-
-class FinishedColumns:
-    """The record fields of finished requests, one typed array per field, written into the
-    records in blocks (vectorized) as they fill."""
-
-    FLOATS = ("scheduled_s", "first_token_s", "finish_s")
-    INTS = ("preemptions", "replica", "decode_first_step", "decode_last_step")
-
-    def __init__(self, records: npt.NDArray[Any]) -> None:
-        self.records = records
-        self._new_columns()
-
-    def _new_columns(self) -> None:
-        self.index = array("q")
-        self.cols: dict[str, array[Any]] = {name: array("d") for name in self.FLOATS}
-        self.cols.update({name: array("q") for name in self.INTS})
-        c = self.cols
-        self._appends = (
-            self.index.append, c["scheduled_s"].append, c["first_token_s"].append,
-            c["finish_s"].append, c["preemptions"].append, c["replica"].append,
-            c["decode_first_step"].append, c["decode_last_step"].append,
-        )
-
-    FLUSH_EVERY = 4096  # rows held before they are written into the records
-
-    def add(self, r: Request) -> None:
-        index, scheduled, first, finish, preemptions, replica, d_first, d_last = self._appends
-        index(r.index)
-        scheduled(r.scheduled_s)
-        first(r.first_token_s)
-        finish(r.finish_s)
-        preemptions(r.preemptions)
-        replica(r.replica)
-        d_first(r.decode_start_step if r.decode_last_step >= 0 else -1)
-        d_last(r.decode_last_step)
-        if len(self.index) >= self.FLUSH_EVERY:
-            self.scatter()
-
-    def scatter(self) -> None:
-        """Write the rows held so far into the records, and let them go."""
-        idx = np.frombuffer(self.index, dtype=np.int64)
-        for name, col in self.cols.items():
-            kind = np.float64 if name in self.FLOATS else np.int64
-            self.records[name][idx] = np.frombuffer(col, dtype=kind)
-        del idx
-        self._new_columns()
 
 
 def unstable_queue(marks: list[int], batch_cap: int) -> bool:

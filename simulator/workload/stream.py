@@ -33,6 +33,12 @@ from simulator.inputs.scenario import (
     UniformLengths,
 )
 from simulator.inputs.speculative import WORKLOAD_KINDS
+from simulator.workload.content import Content
+from simulator.workload.sessions import (
+    ContentDraw,
+    session_requests,
+    shared_prefix_requests,
+)
 from simulator.workload.trace_files import (
     MAX_BAD_ROWS_SHOWN,
     csv_column,
@@ -60,6 +66,14 @@ class RequestStream:
     kind: IntArray | None = None
     # Closed loop: when each client sends its first request, ascending (None: all at t = 0).
     start_s: FloatArray | None = None
+    # Per request, what its prompt holds (workload/content.py), where it shares content with
+    # others: sessions, a shared prefix. None: every prompt is its own.
+    content: tuple[Content, ...] | None = None
+    # Sessions (workload/sessions.py): each request's session (requests numbered session by
+    # session, turn by turn) and its pause after the previous turn's answer. A session's first
+    # turn arrives at arrival_s (NaN in a closed loop); later turns follow their answers.
+    session: IntArray | None = None
+    think_s: FloatArray | None = None
 
     def __len__(self) -> int:
         return len(self.input_tokens)
@@ -215,6 +229,7 @@ def build_stream(
     w = scenario.workload
     rng = np.random.default_rng(w.seed)
     warnings: list[str] = []
+    drawn: ContentDraw | None = None
     concurrency: int | None = None
     kind: IntArray | None = None
     if isinstance(w.arrival, TraceArrival):
@@ -239,6 +254,17 @@ def build_stream(
         n = min(len(arrival_s), w.num_requests)
         arrival_s, inputs, outputs = arrival_s[:n], inputs[:n], outputs[:n]
         kind = trace.kind[:n] if trace.kind is not None else None
+    elif w.sessions is not None:
+        n = w.num_requests
+        arrival_spec = w.arrival
+        assert not isinstance(arrival_spec, TraceArrival)  # the schema forbids it
+        drawn = session_requests(
+            w, n, rng, lambda spec, k: sample_lengths(spec, k, rng, base_dir),
+            lambda k: sample_arrivals(arrival_spec, k, rng))
+        inputs, outputs = drawn.input_tokens, drawn.output_tokens
+        arrival_s = _first_turn_arrivals(drawn, n)
+        if isinstance(w.arrival, ClosedLoopArrival):
+            concurrency = w.arrival.concurrency
     else:
         if w.input_tokens is None or w.output_tokens is None:  # the schema forbids this
             raise ValueError("input_tokens and output_tokens are required without a trace")
@@ -246,6 +272,9 @@ def build_stream(
         arrival_s = sample_arrivals(w.arrival, n, rng)
         inputs = sample_lengths(w.input_tokens, n, rng, base_dir)
         outputs = sample_lengths(w.output_tokens, n, rng, base_dir)
+        if w.shared_prefix is not None:
+            drawn = shared_prefix_requests(w, inputs, outputs, rng)
+            inputs = drawn.input_tokens
         if isinstance(w.arrival, ClosedLoopArrival):
             concurrency = w.arrival.concurrency
     if w.priorities is None:
@@ -265,5 +294,18 @@ def build_stream(
         priority=priority,
         closed_loop_concurrency=concurrency,
         kind=kind,
+        content=drawn.content if drawn is not None else None,
+        session=drawn.session if drawn is not None else None,
+        think_s=drawn.think_s if drawn is not None else None,
     )
     return stream, warnings
+
+
+def _first_turn_arrivals(drawn: ContentDraw, n: int) -> FloatArray:
+    """Per turn, its arrival: a session's start for its first turn, NaN for the others (and
+    for every turn of a closed loop)."""
+    arrival_s = np.full(n, np.nan)
+    assert drawn.session is not None and drawn.session_start_s is not None
+    first = np.flatnonzero(np.r_[True, drawn.session[1:] != drawn.session[:-1]])
+    arrival_s[first] = drawn.session_start_s
+    return arrival_s
