@@ -232,9 +232,8 @@ def _content_facts(out: RunOutput, stream: RequestStream, engine: Engine) -> dic
         return facts
     offset = client_offset_s(out.records, engine.style.front_end)
     first = engine.prefill_pool if engine.prefill_pool is not None else engine
-    facts["prefix_cache"] = prefix_cache_summary(out.records, offset, out.cache_evicted_blocks,
-                                                 first.scheduler.block_size)
-    facts["prefix_cache"]["enabled"] = first.scheduler.prefix_caching
+    facts["prefix_cache"] = prefix_cache_summary(out.records, offset, out.cache_stats,
+                                                 first.scheduler)
     if stream.session is not None:
         facts["sessions"] = sessions_summary(out.records, stream.session,
                                              out.records["front_end_s"])

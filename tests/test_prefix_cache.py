@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,7 +45,7 @@ def test_cache_counts_references_and_evicts_the_least_recently_used() -> None:
     cache = PrefixCache()
     a = [_name(0, b) for b in range(3)]
     assert cache.register(a) == a  # computed by one request: held once each
-    assert cache.hits(a) == (3, 0)
+    assert cache.hits(a) == (3, 0, 0)
     cache.acquire(a[:2])  # a second request shares the first two
     # The first lets go: blocks 0 and 1 are still held by the second, block 2 goes idle.
     assert cache.release(a) == 2
@@ -53,7 +54,7 @@ def test_cache_counts_references_and_evicts_the_least_recently_used() -> None:
     assert list(cache.idle) == [a[2], a[1], a[0]]
     cache.trim(1)  # an allocation left room for one idle block: the two oldest go
     assert list(cache.idle) == [a[0]] and cache.evicted_blocks == 2
-    assert cache.hits(a) == (1, 1)
+    assert cache.hits(a) == (1, 1, 0)
 
 
 def _sched(num_blocks: int) -> Scheduler:
@@ -112,8 +113,8 @@ def test_eviction_takes_the_oldest_tails_first() -> None:
     assert s.free_blocks == 6 and s.cache.evicted_blocks == 4
     probe_a = _request(3, ((0, 64), (12, 16)), 1)
     probe_b = _request(4, ((1, 64), (13, 16)), 1)
-    assert cached_prefix(s.cache, probe_a, 16) == (16, 1)
-    assert cached_prefix(s.cache, probe_b, 16) == (64, 4)
+    assert cached_prefix(s.cache, probe_a, 16) == (16, 1, 0)
+    assert cached_prefix(s.cache, probe_b, 16) == (64, 4, 0)
 
 
 def _sessions_scenario(**workload: Any) -> dict[str, Any]:
@@ -308,3 +309,76 @@ def test_the_router_trade_is_visible() -> None:
     assert s["cache_aware"]["slo_attainment"] > s["least_outstanding"]["slo_attainment"]
     hit = {k: v["prefix_cache"]["token_hit_rate"] for k, v in s.items()}
     assert hit["cache_aware"] > hit["least_outstanding"]
+
+
+def test_the_host_tier_keeps_what_the_gpu_evicts() -> None:
+    # A host tier of 2 blocks. Three idle blocks a0 a1 a2 are evicted (a0 oldest): the host
+    # keeps the two most recent, a1 and a2, and lets a0 go.
+    cache = PrefixCache(offload_blocks=2)
+    a = [_name(0, b) for b in range(3)]
+    cache.register(a)
+    cache.release(a[::-1])  # idle in order a0, a1, a2 (released last first)
+    cache.trim(0)
+    assert list(cache.host) == a[1:]
+    assert cache.offloaded_blocks == 3 and cache.dropped_blocks == 1
+    # A prompt over a1 a2 finds nothing at a0: no hit. A prompt starting at a1 is not a
+    # prompt (a0 holds its first tokens), so a fresh a0 on the GPU makes a0 a1 a2 hit: one
+    # on the GPU (idle), two to load.
+    assert cache.hits(a) == (0, 0, 0)
+    cache.register(a[:1])
+    cache.release(a[:1])
+    assert cache.hits(a) == (3, 1, 2)
+    cache.acquire(a)
+    assert cache.reloaded_blocks == 2 and cache.refs[a[2]] == 1
+
+
+def test_a_host_hit_costs_its_load_on_the_admitting_step() -> None:
+    # One block of 16 tokens costs 1 ms to load. Request A (80 tokens: 64 shared + 16 own)
+    # leaves 5 idle blocks; a pool of 6 blocks; request C (96 tokens, 6 blocks) evicts all five
+    # to the host. B, opening with the same 64 tokens, finds them there: 4 blocks loaded, 4 ms
+    # on the step that admits it, and a prefill of its own 16 tokens.
+    s = Scheduler(SchedulerConfig(
+        max_num_seqs=16, max_num_batched_tokens=8192, chunked_prefill=True, policy="fcfs",
+        block_size=16, num_blocks=6, prefix_caching=True, offload_blocks=100,
+        reload_s_per_block=1e-3))
+    s.add(_request(0, ((0, 64), (10, 16)), 1))
+    _step(s, 0.0)
+    s.add(_request(1, ((20, 96),), 1))
+    _step(s, 1.0)
+    assert s.cache is not None and s.cache.evicted_blocks == 5 and len(s.cache.host) == 5
+    s.add(_request(2, ((0, 64), (11, 16)), 1))
+    planned = s.plan(2.0)
+    assert planned is not None
+    assert [(r.index, c) for r, c in planned.chunks] == [(2, 16)]
+    assert planned.reload_s == 4e-3
+
+
+def test_reload_time_is_the_block_over_the_profile_link() -> None:
+    # Llama-3.1-8B with an FP8 KV cache: 32 layers x 8 KV heads x 128 x 2 (K, V) = 65,536
+    # elements a token on one GPU, at 8.002 bits each with the scales (the KV chain of
+    # `frontier explain`): 65,552.4 bytes; a block of 16 tokens 1,048,838 bytes. H200's host
+    # link (PCIe Gen5 x16, its profile) carries 63 GB/s: 16.65 us a block. 100 GB of host
+    # memory holds 100e9 // 1,048,838 = 95,344 blocks.
+    s = _sessions_scenario()
+    s["hardware"]["gpu"] = "h200-sxm"
+    s["deployment"]["precision"] = {"weights": "fp8", "activations": "fp8", "kv_cache": "fp8"}
+    s["deployment"]["kv_offload"] = {"cpu_gb_per_gpu": 100}
+    cfg = simulator.load_scenario(s).engine.scheduler  # type: ignore[union-attr]
+    assert cfg.reload_s_per_block == pytest.approx(16 * 65_536 * 8.002 / 8 / 63e9, rel=1e-5)
+    assert cfg.offload_blocks == 95_344
+
+
+def test_bad_offload_inputs_are_one_line(capsys: Any) -> None:
+    from tests.cli_helpers import run_cli
+
+    base = ["simulate", "chat-sessions-llama-3.1-8b-h100", "--set"]
+    for extra, says in [
+        (["deployment.kv_offload={cpu_gb_per_gpu: 300}"], "more than h100-sxm's host memory"),
+        (["deployment.kv_offload={cpu_gb_per_gpu: 50}", "--set", "hardware.gpu=b300"],
+         "records no host link"),
+        (["deployment.kv_offload={cpu_gb_per_gpu: 50}", "--set",
+          "deployment.scheduler.prefix_caching=false"], "prefix_caching: true"),
+        (["deployment.kv_offload={cpu_gb_per_gpu: 0}"], "cpu_gb_per_gpu"),
+    ]:
+        code, _, err = run_cli([*base, *extra], capsys)
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (extra, err)

@@ -78,6 +78,15 @@ class ScaleOutSpec(StrictSpec):
     source: str
 
 
+class HostSpec(StrictSpec):
+    """The host a GPU offloads KV to: the link between them and the host memory per GPU."""
+
+    link: str  # e.g. PCIe Gen5 x16, NVLink-C2C
+    gb_per_s_per_direction: Positive  # per GPU
+    memory_gb_per_gpu: Positive  # the host's DRAM over its GPUs
+    source: str
+
+
 class PowerSpec(StrictSpec):
     board_w: Positive
     source: str
@@ -134,6 +143,8 @@ class HardwareFile(StrictSpec):
     scale_out: ScaleOutSpec
     power: PowerSpec
     price: PriceSpec | None = None
+    # The host side (KV offload tier); absent: not recorded for this system.
+    host: HostSpec | None = None
     efficiency: EfficiencySpec
     kernels: KernelSpec
     # GEMM kernel classes (hardware/gemm_classes.py); absent: the flat efficiency fractions.
@@ -223,6 +234,9 @@ class Hardware:
     # with a published figure as its fraction over that one (None, (): none named).
     default_prefill_kernel: str | None = None
     prefill_kernel_ratios: tuple[tuple[str, float], ...] = ()
+    # The host link (per GPU per direction) and host memory per GPU; None: not recorded.
+    host_link_bytes_per_s: float | None = None
+    host_memory_bytes_per_gpu: float | None = None
 
     def with_prefill_kernel(self, name: str) -> Hardware:
         """This chip running prefill attention on kernel `name` (deployment.attention_kernel):
@@ -288,6 +302,8 @@ def _to_hardware(f: HardwareFile) -> Hardware:
         prefill_kernel_ratios=() if f.attention_kernels is None else tuple(
             (k, v / e.attention_compute_fraction)
             for k, v in f.attention_kernels.prefill_compute_fraction.items()),
+        host_link_bytes_per_s=None if f.host is None else f.host.gb_per_s_per_direction * 1e9,
+        host_memory_bytes_per_gpu=None if f.host is None else f.host.memory_gb_per_gpu * 1e9,
     )
 
 

@@ -181,6 +181,19 @@ RankRouter = Literal["round_robin", "least_outstanding", "shortest_expected_late
                      "prefix_affinity", "cache_aware"]
 
 
+class KVOffload(_Strict):
+    """A second KV tier in host memory: blocks the prefix cache evicts from the GPU are kept
+    there (least recently used first out) and loaded back when a prompt finds them, the load
+    on its first step's time (LMCache's CPU backend, vLLM's CPU offloading, SGLang's
+    hierarchical cache)."""
+
+    # Host memory the engine keeps offloaded KV in, per GPU, GB (LMCache max_local_cpu_size
+    # over the GPUs; vLLM --kv-offloading-size); at most the profile's host memory per GPU.
+    cpu_gb_per_gpu: Annotated[float, Field(gt=0, le=100_000)]
+    # Host-to-GPU bandwidth per GPU, GB/s; None: the GPU profile's host link (its line rate).
+    link_gb_per_s: Annotated[float, Field(gt=0, le=100_000)] | None = None
+
+
 class _Worker(_Strict):
     """Fields of one engine type: an aggregated deployment, or a prefill or decode pool."""
 
@@ -234,6 +247,9 @@ class _Worker(_Strict):
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
     # the engine's context window (vLLM --max-model-len); None: the model's
     max_model_len: PosInt | None = None
+    # Offload evicted prefix-cache blocks to host memory and reload them on a hit (with
+    # scheduler.prefix_caching; docs/sessions.md); None: evicted blocks are lost.
+    kv_offload: KVOffload | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -3,19 +3,27 @@ and how long sessions ran, from the per-request records."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from simulator.metrics.summary import percentiles
 
+if TYPE_CHECKING:
+    from simulator.serving.sched_types import SchedulerConfig
+
 
 def prefix_cache_summary(records: npt.NDArray[Any], ttft_offset_s: Any,
-                         evicted_blocks: int, block_size: int) -> dict[str, Any]:
+                         stats: Mapping[str, int], cfg: SchedulerConfig) -> dict[str, Any]:
     """Prompt tokens found cached against all prompt tokens of the served requests, the
     prefill that saved, and TTFT of the requests that hit against those that missed (client
-    side, as the result's ttft_s). `ttft_offset_s`: the client's offset per record, or 0."""
+    side, as the result's ttft_s); the host tier's traffic where there is one.
+    `ttft_offset_s`: the client's offset per record, or 0; `stats`: the caches' counts
+    (serving/simulation.py cache_stats); `cfg`: the caching pool's scheduler."""
+    block_size = cfg.block_size
+    evicted_blocks = stats.get("evicted_blocks", 0)
     done = (records["drop_reason"] == 0) & np.isfinite(records["finish_s"])
     prompt = float(records["input_tokens"][done].sum())
     cached = records["cached_tokens"][done]
@@ -35,6 +43,25 @@ def prefix_cache_summary(records: npt.NDArray[Any], ttft_offset_s: Any,
         "evicted_tokens": evicted_blocks * block_size,
         "ttft_hit_s": percentiles(ttft[hit]),
         "ttft_miss_s": percentiles(ttft[~hit]),
+        "enabled": cfg.prefix_caching,
+        "offload": _offload(stats, cfg),
+    }
+
+
+def _offload(stats: Mapping[str, int], cfg: SchedulerConfig) -> dict[str, Any] | None:
+    """The host tier's figures: capacity, blocks written, loaded back (and the seconds that
+    took on the steps that waited for them), let go; None without one."""
+    capacity = stats.get("offload_capacity_blocks", 0)
+    if not capacity:
+        return None
+    reloaded = stats.get("reloaded_blocks", 0)
+    return {
+        "capacity_tokens": capacity * cfg.block_size,
+        "offloaded_tokens": stats.get("offloaded_blocks", 0) * cfg.block_size,
+        "reloaded_tokens": reloaded * cfg.block_size,
+        "reload_s_per_block": cfg.reload_s_per_block,
+        "reload_s_total": reloaded * cfg.reload_s_per_block,
+        "dropped_tokens": stats.get("dropped_blocks", 0) * cfg.block_size,
     }
 
 

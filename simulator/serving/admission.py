@@ -24,6 +24,7 @@ class Admission(DecodeSet):
     prefilling: list[Request]
     free_blocks: int
     cache: PrefixCache | None
+    step_reload_s: float
     preemptions: int
     outstanding_tokens: int
     _reserved_phase: int
@@ -77,9 +78,9 @@ class Admission(DecodeSet):
         while len(waiting) and budget > 0 and len(running) < cfg.max_num_seqs:
             r = waiting.peek()
             if cache is None:
-                cached = idle = 0
+                cached = idle = load = 0
             else:
-                cached, idle = cached_prefix(cache, r, block_size)
+                cached, idle, load = cached_prefix(cache, r, block_size)
             # A request whose KV arrived from a prefill replica starts with `computed` > 0.
             left = r.target - r.computed - cached
             if cap_left is not None and left > cap_left and (admitted or running_chunks):
@@ -95,13 +96,16 @@ class Admission(DecodeSet):
                 break
             held = self._full_tokens(r) if cfg.reserve_full else r.computed + cached + chunk
             blocks = -(-held // block_size) + cfg.state_blocks  # blocks_for(held), state
-            # Cached blocks held by others cost nothing; idle cached ones leave the free pool.
-            need = blocks - cached // block_size + idle
+            # Cached blocks held by others cost nothing; idle cached ones leave the free pool;
+            # those on the host are loaded into new blocks.
+            need = blocks - cached // block_size + idle + load
             if need > self.free_blocks:
                 break
             waiting.pop()
             if cached:
                 self._take_cached(r, cached)
+                if load:
+                    self.step_reload_s += load * cfg.reload_s_per_block
             self.free_blocks -= need
             if cache is not None:
                 cache.trim(self.free_blocks)

@@ -54,9 +54,9 @@ class DecodeRuns:
             return False
         r = self.waiting.peek()
         bs = self.cfg.block_size
-        cached, idle = (0, 0) if self.cache is None else cached_prefix(self.cache, r, bs)
+        cached, idle, load = (0, 0, 0) if self.cache is None else cached_prefix(self.cache, r, bs)
         need = r.input_tokens + r.output_tokens - 1 if self.cfg.reserve_full else r.target
-        blocks = -(-need // bs) + self.cfg.state_blocks - cached // bs + idle
+        blocks = -(-need // bs) + self.cfg.state_blocks - cached // bs + idle + load
         return blocks <= self.free_blocks
 
     def _admission_blocked(self) -> bool:
@@ -72,14 +72,14 @@ class DecodeRuns:
         if budget <= 0:
             return True
         bs = cfg.block_size
-        cached, idle = (0, 0) if self.cache is None else cached_prefix(self.cache, r, bs)
+        cached, idle, load = (0, 0, 0) if self.cache is None else cached_prefix(self.cache, r, bs)
         left = r.target - r.computed - cached
         if not cfg.chunked_prefill and left > budget:
             return True  # a whole prompt waits beside decodes until it fits (Admission._admit)
         chunk = min(left, budget) if cfg.chunked_prefill else left
         held = (r.input_tokens + r.output_tokens - 1 if cfg.reserve_full
                 else r.computed + cached + chunk)
-        return -(-held // bs) + cfg.state_blocks - cached // bs + idle > self.free_blocks
+        return -(-held // bs) + cfg.state_blocks - cached // bs + idle + load > self.free_blocks
 
     def steps_before_next_finish(self) -> int:
         """Decode steps that can run before the first one in which a request finishes."""

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from simulator.cost import Formats, MemoryBudget, ParallelLayout, StepModel, memory_budget
 from simulator.cost.draft import SpeculativeStepModel
@@ -256,6 +257,7 @@ def _build_engine(
         mix_whole_prompts=style.mix_whole_prompts,
         state_blocks=state_blocks(budget, s.block_size, style),
         prefix_caching=s.prefix_caching,
+        **_offload_tier(dep, hw, budget.kv_bytes_per_token_per_gpu * s.block_size, shares),
     )
     return Engine(arch, hw, step_model, budget, cfg, style)
 
@@ -308,6 +310,30 @@ def _layout(pool: AggregatedDeployment | WorkerPool, arch: Architecture) -> Para
         pool.moe_routing.redundant_experts,
         pool.moe_dispatch == "all_to_all",
     )
+
+
+def _offload_tier(dep: AggregatedDeployment | WorkerPool, hw: Hardware, block_bytes: float,
+                  shares: int) -> dict[str, Any]:
+    """The scheduler's host tier (deployment.kv_offload): blocks it holds per KV pool share,
+    and seconds to load one block back over the host link. Each GPU holds and loads its own
+    shard of a block (block_bytes are per GPU), all of a replica's GPUs at once."""
+    off = dep.kv_offload
+    if off is None:
+        return {}
+    where = "deployment.kv_offload"
+    if not dep.scheduler.prefix_caching:
+        raise InputError(f"{where}: the host tier keeps what the prefix cache evicts; set "
+                         f"deployment.scheduler.prefix_caching: true or leave kv_offload out")
+    host = hw.host_memory_bytes_per_gpu
+    if host is not None and off.cpu_gb_per_gpu * 1e9 > host:
+        raise InputError(f"{where}.cpu_gb_per_gpu: {off.cpu_gb_per_gpu:g} GB is more than "
+                         f"{hw.name}'s host memory per GPU, {host / 1e9:g} GB (its profile)")
+    link = off.link_gb_per_s * 1e9 if off.link_gb_per_s is not None else hw.host_link_bytes_per_s
+    if link is None:
+        raise InputError(f"{where}.link_gb_per_s: {hw.name}'s profile records no host link; "
+                         f"give the host-to-GPU bandwidth per GPU in GB/s")
+    return {"offload_blocks": int(off.cpu_gb_per_gpu * 1e9 // block_bytes) // shares,
+            "reload_s_per_block": block_bytes / link}
 
 
 def _moved_kv_bytes_per_token_per_gpu(decode: Engine) -> float:

@@ -113,7 +113,8 @@ class SlotSteps:
         """The first stage's time: the host schedules the micro-batch before it can run."""
         rep = self.rep
         st = self.st = stage_times(rep.ranked_model, planned.batch)
-        first_s = self.step_time_s(st.stages_s[0], planned.num_seqs)
+        # A host-tier load (deployment.kv_offload) comes before the first stage runs.
+        first_s = self.step_time_s(st.stages_s[0], planned.num_seqs) + planned.reload_s
         if rep.rank_check is not None:
             latency = first_s - st.stages_s[0] + st.latency_s
             rep.rank_check(cast(Replica, self.rk), planned, latency)

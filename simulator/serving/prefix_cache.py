@@ -18,6 +18,11 @@ every allocation, which keeps idle <= free_blocks. A request looks up only full 
 prompt short of its last token: at least one token is computed to sample from (vLLM v1
 `get_computed_blocks` caps the hit at prompt - 1 tokens).
 
+Host tier (deployment.kv_offload): a block evicted from the GPU is kept in host memory, least
+recently used first out when that fills; a prompt that finds blocks there loads them into new
+GPU blocks, the load (blocks x bytes / host link) on the time of the step that admits it. The
+host keeps its copy.
+
 Release order follows vLLM's free queue: a finished request's blocks go idle last block first,
 so its tail is evicted before its head (the head is what the next prompt shares).
 """
@@ -68,46 +73,62 @@ def sequence_names(content: Content, block_size: int, prompt_tokens: int,
     return block_names(segs, block_size, prompt_tokens + output_tokens - 1)
 
 
-def cached_prefix(cache: PrefixCache, r: Request, block_size: int) -> tuple[int, int]:
+def cached_prefix(cache: PrefixCache, r: Request, block_size: int) -> tuple[int, int, int]:
     """(prompt tokens of waiting request `r` found in `cache`, how many of those blocks are
-    idle): 0 for a request without content or whose KV arrived from a prefill replica. Its
-    block names are worked out on the first look and kept."""
+    idle on the GPU, how many must be loaded from the host tier): 0 for a request without
+    content or whose KV arrived from a prefill replica. Its block names are worked out on the
+    first look and kept."""
     if r.content is None or r.computed:
-        return 0, 0
+        return 0, 0, 0
     names = r.names
     if names is None:
         names = r.names = prompt_names(r.content, block_size, r.input_tokens)
-    hit, idle = cache.hits(names)
-    return hit * block_size, idle
+    hit, idle, load = cache.hits(names)
+    return hit * block_size, idle, load
 
 
 class PrefixCache:
     """The cached blocks of one KV pool (a replica, an attention-DP rank): reference counts by
-    block name, the idle ones in least-recently-used order."""
+    block name, the idle ones in least-recently-used order; with a host tier of
+    `offload_blocks`, the blocks evicted from the GPU, least recently used first out."""
 
-    def __init__(self) -> None:
+    def __init__(self, offload_blocks: int = 0) -> None:
         self.refs: dict[int, int] = {}  # name -> requests holding it (0: idle)
         self.idle: OrderedDict[int, None] = OrderedDict()  # oldest first
         self.evicted_blocks = 0
+        self.offload_capacity = offload_blocks
+        self.host: OrderedDict[int, None] = OrderedDict()  # host tier, oldest first
+        self.offloaded_blocks = 0  # blocks written to the host tier
+        self.reloaded_blocks = 0  # blocks loaded back from it
+        self.dropped_blocks = 0  # blocks the host tier let go for room
 
-    def hits(self, names: Sequence[int]) -> tuple[int, int]:
-        """(leading blocks of `names` that are cached, how many of those are idle)."""
-        refs = self.refs
-        hit = idle = 0
+    def hits(self, names: Sequence[int]) -> tuple[int, int, int]:
+        """(leading blocks of `names` that are cached on the GPU or the host, how many of
+        those are idle on the GPU, how many must be loaded from the host)."""
+        refs, host = self.refs, self.host
+        hit = idle = load = 0
         for name in names:
             held = refs.get(name)
             if held is None:
-                break
-            hit += 1
-            if held == 0:
+                if name not in host:
+                    break
+                load += 1
+            elif held == 0:
                 idle += 1
-        return hit, idle
+            hit += 1
+        return hit, idle, load
 
     def acquire(self, names: Sequence[int]) -> None:
-        """A request takes cached blocks (found by `hits`) into its KV."""
-        refs, idle = self.refs, self.idle
+        """A request takes cached blocks (found by `hits`) into its KV; those only on the host
+        are loaded into new GPU blocks it holds."""
+        refs, idle, host = self.refs, self.idle, self.host
         for name in names:
-            held = refs[name]
+            held = refs.get(name)
+            if held is None:  # on the host: loaded back (the host keeps its copy)
+                host.move_to_end(name)
+                self.reloaded_blocks += 1
+                refs[name] = 1
+                continue
             if held == 0:
                 del idle[name]
             refs[name] = held + 1
@@ -160,6 +181,21 @@ class PrefixCache:
             name, _ = idle.popitem(last=False)
             del refs[name]
             self.evicted_blocks += 1
+            if self.offload_capacity:
+                self._offload(name)
+
+    def _offload(self, name: int) -> None:
+        """An evicted block goes to the host tier (if not there already), the tier's least
+        recently used block out when it is full."""
+        host = self.host
+        if name in host:
+            host.move_to_end(name)
+            return
+        host[name] = None
+        self.offloaded_blocks += 1
+        if len(host) > self.offload_capacity:
+            host.popitem(last=False)
+            self.dropped_blocks += 1
 
     @property
     def cached_blocks(self) -> int:

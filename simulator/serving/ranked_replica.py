@@ -246,7 +246,9 @@ class RankedSteps(ReplicaSteps):
         # Each rank's scheduler runs in its own process, so host work overlaps across
         # ranks: the busiest rank's sequence count sets the host time.
         seqs = max(p.num_seqs for p in plans if p is not None)
-        dt = self.step_time_s(step.time_s, seqs)
+        # Host-tier loads (deployment.kv_offload): every rank waits for the slowest load.
+        reload_s = max(p.reload_s for p in plans if p is not None)
+        dt = self.step_time_s(step.time_s, seqs) + reload_s
         if rep.rank_check is not None:
             for rk, p in zip(rep.ranks, plans, strict=True):
                 if p is not None:  # each rank is checked as the replica it acts as

@@ -331,7 +331,8 @@ class PlainSteps(ReplicaSteps):
         if batch.speculative_tokens_per_seq:
             assert isinstance(rep.model, SpeculativeStepModel)
             rep.draft_gpu_s += rep.model.draft_s(batch)
-        dt = self.step_time_s(gpu_s, planned.num_seqs)
+        # A host-tier load (deployment.kv_offload) comes before the step's kernels run.
+        dt = self.step_time_s(gpu_s, planned.num_seqs) + planned.reload_s
         if rep.check is not None:
             rep.check(rep, planned, dt)
         return dt

@@ -47,6 +47,10 @@ class SchedulerConfig:
     # (serving/prefix_cache.py): vLLM's automatic prefix caching, SGLang's radix cache,
     # TensorRT-LLM's KV block reuse. Only requests whose prompts carry content use it.
     prefix_caching: bool = False
+    # Host tier of the prefix cache (deployment.kv_offload): blocks it holds for this KV pool
+    # (0: none) and the seconds to load one block back to the GPU.
+    offload_blocks: int = 0
+    reload_s_per_block: float = 0.0
     # Derived once (the scheduler reads it every step): prefill work runs in steps of its own,
     # the decodes waiting.
     separate_prefill: bool = field(init=False, default=False)
@@ -63,6 +67,9 @@ class PlannedStep:
     batch: BatchShape
     chunks: list[tuple[Request, int]]
     num_seqs: int
+    # Seconds loading host-tier KV blocks the step's admissions found (deployment.kv_offload):
+    # the step waits for them before it runs.
+    reload_s: float = 0.0
 
 
 class _Waiting(Protocol):

@@ -35,7 +35,8 @@ class Scheduler(Admission, DecodeRuns):
         self.running: dict[int, Request] = {}  # admission order; popitem() gives the newest
         self.prefilling: list[Request] = []  # running requests whose prompt is not yet cached
         self.free_blocks = cfg.num_blocks  # empty blocks and idle cached ones
-        self.cache = PrefixCache() if cfg.prefix_caching else None
+        self.cache = PrefixCache(cfg.offload_blocks) if cfg.prefix_caching else None
+        self.step_reload_s = 0.0  # host-tier loads of the step being planned
         self.step = 0  # global decode step counter
         self.num_decoding = 0
         self.decode_kv_sum = 0  # summed cached tokens of decoding requests at step start
@@ -94,6 +95,7 @@ class Scheduler(Admission, DecodeRuns):
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
         preempted = False
+        self.step_reload_s = 0.0
         # Decodes first: each needs one token and, on a block boundary, one more block.
         separate = cfg.separate_prefill
         decodes = not (separate and (bool(self.prefilling) or self._can_admit_prefill()))
@@ -140,7 +142,8 @@ class Scheduler(Admission, DecodeRuns):
             decode_seqs, _ = self._reserve_decodes(now_s)
         if not chunks and decode_seqs == 0:
             return None
-        return PlannedStep(self._shape(chunks, decode_seqs), chunks, decode_seqs + len(chunks))
+        return PlannedStep(self._shape(chunks, decode_seqs), chunks, decode_seqs + len(chunks),
+                           self.step_reload_s)
 
     def _reserve_decodes(self, now_s: float) -> tuple[int, bool]:
         """Reserve this step's KV blocks for the decoding requests, preempting the newest until

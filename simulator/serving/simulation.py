@@ -78,7 +78,9 @@ class RunOutput:
     spec_emitted: dict[int, npt.NDArray[np.int64]] = field(default_factory=dict)
     attention_dp_imbalance_share: float | None = None  # attention-DP runs: waits for the slowest
     pipeline: dict[str, Any] | None = None  # pipeline-parallel runs: stages and bubbles
-    cache_evicted_blocks: int = 0  # prefix caching: idle cached blocks evicted for room
+    # Prefix caching, summed over the KV pools: idle blocks evicted for room, and the host
+    # tier's capacity and blocks written, loaded back and let go (serving/prefix_cache.py).
+    cache_stats: dict[str, int] = field(default_factory=dict)
 
 
 CheckHook = Callable[[Replica, Any, float], None]
@@ -411,10 +413,20 @@ def run_output(state: RunState, status: str, engine: Engine) -> RunOutput:
         speculative=speculative_stats(engine.speculative, state.decode_cfg, state.decoders,
                                       state.stream, state.verify_tally),
         spec_emitted=state.spec_emitted,
-        cache_evicted_blocks=sum(
-            sched.cache.evicted_blocks for rep in state.everyone for sched in rep.schedulers()
-            if sched.cache is not None),
+        cache_stats=cache_stats(state.everyone),
     )
+
+
+def cache_stats(replicas: list[Replica]) -> dict[str, int]:
+    """The prefix caches' counts, summed over every scheduler of every replica."""
+    caches = [s.cache for rep in replicas for s in rep.schedulers() if s.cache is not None]
+    return {
+        "evicted_blocks": sum(c.evicted_blocks for c in caches),
+        "offload_capacity_blocks": sum(c.offload_capacity for c in caches),
+        "offloaded_blocks": sum(c.offloaded_blocks for c in caches),
+        "reloaded_blocks": sum(c.reloaded_blocks for c in caches),
+        "dropped_blocks": sum(c.dropped_blocks for c in caches),
+    }
 
 
 def unstable_queue(marks: list[int], batch_cap: int) -> bool:
