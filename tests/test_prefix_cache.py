@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -382,3 +383,57 @@ def test_bad_offload_inputs_are_one_line(capsys: Any) -> None:
     ]:
         code, _, err = run_cli([*base, *extra], capsys)
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1, (extra, err)
+
+
+def _trace_scenario(path: Path, **arrival: Any) -> dict[str, Any]:
+    s = _sessions_scenario()
+    w = s["workload"]
+    for key in ("input_tokens", "output_tokens", "shared_prefix", "sessions"):
+        del w[key]
+    w["arrival"] = {"kind": "trace", "path": str(path), **arrival}
+    w["num_requests"] = 10
+    return s
+
+
+def test_a_trace_with_session_ids_continues_each_session(tmp_path: Path) -> None:
+    # Session a's turn 2 (250 tokens) is its turn 1 (100) and answer (50), then 100 new
+    # tokens. Turn 1 left 100 + 50 - 1 = 149 tokens of KV: 9 full blocks, 144 tokens cached.
+    # Session b shares nothing. Session a's turn 3, 120 tokens, is shorter than its history
+    # (250 + 20): a cut history, taken as a fresh prompt (warned).
+    trace = tmp_path / "sessions.csv"
+    trace.write_text("arrival_s,input_tokens,output_tokens,session_id,turn\n"
+                     "0.0,100,50,a,1\n5.0,250,20,a,2\n10.0,100,10,b,1\n12.0,120,10,a,3\n")
+    r = simulator.simulate(_trace_scenario(trace))
+    assert r.requests["cached_tokens"].tolist() == [0, 144, 0, 0]
+    assert any("taken as fresh prompts" in w for w in r.warnings)
+
+
+def test_a_mooncake_trace_shares_its_hashed_blocks(tmp_path: Path) -> None:
+    # Mooncake's blocks are 512 tokens. Request 2 (1300 tokens, hashes 1 2 5) shares blocks
+    # 1 and 2 with request 1 (1100 tokens, hashes 1 2 3): tokens 0-1023, which is 64 of the
+    # engine's 16-token blocks, all cached (request 1 is done 2 s earlier): 1024 tokens.
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [1, 2, 3]}\n'
+        '{"timestamp": 2000, "input_length": 1300, "output_length": 10, "hash_ids": [1, 2, 5]}'
+        "\n")
+    r = simulator.simulate(_trace_scenario(trace))
+    assert r.requests["cached_tokens"].tolist() == [0, 1024]
+    sent = r.requests["arrival_s"] - r.requests["front_end_s"]  # the client's send instants
+    assert sent[1] - sent[0] == pytest.approx(2.0)  # timestamps in milliseconds
+
+
+def test_bad_session_traces_are_one_line(tmp_path: Path, capsys: Any) -> None:
+    from tests.cli_helpers import run_cli
+
+    out_of_order = tmp_path / "order.csv"
+    out_of_order.write_text("arrival_s,input_tokens,output_tokens,session_id,turn\n"
+                            "0.0,100,50,a,2\n1.0,300,50,a,1\n")
+    bad_json = tmp_path / "bad.jsonl"
+    bad_json.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5}\nnot json\n')
+    for path, says in [(out_of_order, "line 3: session 'a' turn 1 comes after its turn 2"),
+                       (bad_json, "line 2 (line 2: not a JSON object)")]:
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text(yaml.safe_dump(_trace_scenario(path)))
+        code, _, err = run_cli(["simulate", str(scenario)], capsys)
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

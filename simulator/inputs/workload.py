@@ -75,12 +75,16 @@ class ClosedLoopArrival(_Strict):
 
 
 class TraceArrival(_Strict):
-    """Arrival times and lengths from a CSV (path relative to the scenario file)."""
+    """Arrival times and lengths from a trace file (path relative to the scenario file),
+    replayed at its times."""
 
     kind: Literal["trace"] = "trace"
-    # CSV with arrival_s, input_tokens, output_tokens (and optional kind) columns.
+    # CSV with arrival_s, input_tokens, output_tokens (and optional kind, session_id, turn,
+    # hash_ids) columns, the Azure layout, or a Mooncake .jsonl (docs/sessions.md).
     path: Annotated[str, Field(min_length=1)]
     time_scale: PosFloat = 1.0  # multiplies the trace's times: 0.5 replays twice as fast
+    # Tokens per block of the trace's hash_ids (Mooncake's traces: 512).
+    hash_block_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
 
 
 ARRIVAL_KINDS: dict[str, type[BaseModel]] = {

@@ -39,6 +39,7 @@ from simulator.workload.sessions import (
     session_requests,
     shared_prefix_requests,
 )
+from simulator.workload.trace_content import trace_contents
 from simulator.workload.trace_files import (
     MAX_BAD_ROWS_SHOWN,
     csv_column,
@@ -230,6 +231,7 @@ def build_stream(
     rng = np.random.default_rng(w.seed)
     warnings: list[str] = []
     drawn: ContentDraw | None = None
+    content: tuple[Content, ...] | None = None
     concurrency: int | None = None
     kind: IntArray | None = None
     if isinstance(w.arrival, TraceArrival):
@@ -254,6 +256,9 @@ def build_stream(
         n = min(len(arrival_s), w.num_requests)
         arrival_s, inputs, outputs = arrival_s[:n], inputs[:n], outputs[:n]
         kind = trace.kind[:n] if trace.kind is not None else None
+        contents, notes = trace_contents(trace, w.arrival.hash_block_tokens, w.arrival.path)
+        warnings.extend(notes)
+        content = contents[:n] if contents is not None else None
     elif w.sessions is not None:
         n = w.num_requests
         arrival_spec = w.arrival
@@ -294,7 +299,7 @@ def build_stream(
         priority=priority,
         closed_loop_concurrency=concurrency,
         kind=kind,
-        content=drawn.content if drawn is not None else None,
+        content=drawn.content if drawn is not None else content,
         session=drawn.session if drawn is not None else None,
         think_s=drawn.think_s if drawn is not None else None,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,8 @@ import numpy.typing as npt
 
 from simulator.errors import InputError
 from simulator.inputs.speculative import WORKLOAD_KINDS
+from simulator.workload.mooncake import read_mooncake_rows
+from simulator.workload.trace_rows import TraceRows
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -99,17 +101,6 @@ def _check_tokens(text: str, name: str) -> int:
     return value
 
 
-@dataclass
-class _TraceRows:
-    azure: bool
-    seconds: list[float]  # plain: arrival_s; Azure: whole POSIX seconds
-    fractions: list[float]  # Azure only: fraction of the second
-    inputs: list[int]
-    outputs: list[int]
-    bad: list[tuple[int, str]]  # (line number, reason)
-    kinds: list[int] | None  # optional `kind` column: code into WORKLOAD_KINDS, -1 for blank
-
-
 @dataclass(frozen=True, eq=False)
 class Trace:
     """A trace's requests in time order, and the line numbers of the bad rows it skipped."""
@@ -119,6 +110,11 @@ class Trace:
     output_tokens: IntArray
     bad_lines: list[int]
     kind: IntArray | None  # per request, a code into WORKLOAD_KINDS (-1: blank); None: no column
+    # In time order, each request's line in the file and its content columns (None: absent).
+    lines: list[int] = field(default_factory=list)
+    sessions: list[str] | None = None
+    turns: list[int] | None = None
+    hashes: list[tuple[int, ...]] | None = None
 
 
 def _kind_code(text: str) -> int:
@@ -131,7 +127,7 @@ def _kind_code(text: str) -> int:
     return WORKLOAD_KINDS.index(name)
 
 
-def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _TraceRows:
+def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> TraceRows:
     header = tuple(h.strip() for h in next(reader, []))
     if set(_PLAIN) <= set(header):
         azure, names = False, _PLAIN
@@ -144,7 +140,16 @@ def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _Tra
         )
     i_time, i_in, i_out = (header.index(name) for name in names)
     i_kind = header.index("kind") if "kind" in header else None
-    rows = _TraceRows(azure, [], [], [], [], [], [] if i_kind is not None else None)
+    rows = TraceRows(azure, [], [], [], [], [], [] if i_kind is not None else None)
+    extra = {name: header.index(name) for name in CONTENT_COLUMNS if name in header}
+    if "session_id" in extra:
+        rows.sessions = []
+    if "turn" in extra:
+        if "session_id" not in extra:
+            raise InputError(f"{path}: a turn column needs a session_id column beside it")
+        rows.turns = []
+    if "hash_ids" in extra:
+        rows.hashes = []
     for row in reader:
         if not row or all(not cell.strip() for cell in row):
             continue  # blank line
@@ -168,6 +173,8 @@ def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _Tra
                     f"context window of {max_model_len} tokens"
                 )
             kind = _kind_code(row[i_kind]) if i_kind is not None else -1
+            turn = parse_int(row[extra["turn"]]) if "turn" in extra else 0
+            hashes = parse_hash_ids(row[extra["hash_ids"]]) if "hash_ids" in extra else ()
         except ValueError as exc:
             reason = str(exc)
             if "could not convert" in reason or "Invalid isoformat" in reason:
@@ -180,7 +187,25 @@ def _read_trace_rows(path: Path, reader: Any, max_model_len: int | None) -> _Tra
         rows.outputs.append(n_out)
         if rows.kinds is not None:
             rows.kinds.append(kind)
+        rows.lines.append(line)
+        if rows.sessions is not None:
+            rows.sessions.append(row[extra["session_id"]].strip())
+        if rows.turns is not None:
+            rows.turns.append(turn)
+        if rows.hashes is not None:
+            rows.hashes.append(hashes)
     return rows
+
+
+CONTENT_COLUMNS = ("session_id", "turn", "hash_ids")
+
+
+def parse_hash_ids(text: str) -> tuple[int, ...]:
+    """A prompt's block hashes: whole numbers separated by spaces (or semicolons)."""
+    try:
+        return tuple(int(v) for v in text.replace(";", " ").split())
+    except ValueError:
+        raise ValueError(f"hash_ids {text.strip()!r} are not whole numbers") from None
 
 
 def read_trace(
@@ -194,7 +219,10 @@ def read_trace(
 
     Two layouts, told apart by the header: `arrival_s,input_tokens,output_tokens` (seconds, used
     as given) or the Azure LLM inference trace `TIMESTAMP,ContextTokens,GeneratedTokens`
-    (datetimes, made relative to the earliest row). Extra columns are ignored. Times are
+    (datetimes, made relative to the earliest row); or a Mooncake trace (`.jsonl`:
+    timestamp ms, input_length, output_length, hash_ids; workload/mooncake.py). Optional
+    content columns: `session_id`, `turn`, `hash_ids` (workload/trace_content.py). Other
+    columns are ignored. Times are
     multiplied by `time_scale` and rows sorted by time (stable). An optional `kind` column
     (chat, code, math, summarization; blank for the workload's own) gives each request the
     traffic kind its speculative acceptance is drawn for. Bad rows (wrong column count,
@@ -205,8 +233,11 @@ def read_trace(
     """
     full = resolve_path(str(path), base_dir)
     try:
-        with full.open(newline="") as f:
-            rows = _read_trace_rows(full, csv.reader(f), max_model_len)
+        if full.suffix == ".jsonl":
+            rows = read_mooncake_rows(full, max_model_len)
+        else:
+            with full.open(newline="") as f:
+                rows = _read_trace_rows(full, csv.reader(f), max_model_len)
     except OSError as exc:
         raise InputError(f"{full}: cannot read trace ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, csv.Error) as exc:
@@ -235,10 +266,19 @@ def read_trace(
     t = t * time_scale
     order = np.argsort(t, kind="stable")
     kinds = np.asarray(rows.kinds, dtype=np.int64)[order] if rows.kinds is not None else None
+    idx = order.tolist()
+
+    def ordered(values: list[Any] | None) -> list[Any] | None:
+        return None if values is None else [values[i] for i in idx]
+
     return Trace(
         t[order],
         np.asarray(rows.inputs, dtype=np.int64)[order],
         np.asarray(rows.outputs, dtype=np.int64)[order],
         [line for line, _ in bad],
         kinds,
+        [rows.lines[i] for i in idx],
+        ordered(rows.sessions),
+        ordered(rows.turns),
+        ordered(rows.hashes),
     )
