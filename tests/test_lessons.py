@@ -39,7 +39,7 @@ def test_lessons_are_listed_in_teaching_order(capsys: pytest.CaptureFixture[str]
     main(["lesson"])
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["batch-size", "tp-vs-dp", "quantization", "speculative",
-                     "disaggregation", "jagged", "stack", "traffic", "kernels"]
+                     "disaggregation", "jagged", "stack", "traffic", "kernels", "sessions"]
 
 
 def test_bad_lesson_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -381,6 +381,31 @@ def test_traffic_winners_are_read_off_the_rows(runs: dict) -> None:
                     f" in flight, {_n(w, 'output_tokens_per_s_per_gpu'):.0f} output") in line
     changes = any(h.startswith("The winner changes") for h in headlines)
     assert changes == (len(layouts) > 1), layouts
+
+
+def test_sessions_cache_and_routing_find_more_and_hold_more(runs: dict) -> None:
+    """At every load the prefix cache finds part of the prompts and cache-aware routing more
+    (no cache: none); the stages are told apart from their swept keys (derive), and the
+    tier sentence names, per stage, the highest load meeting the SLO."""
+    from simulator.lessons.core import lesson_spec
+    from simulator.lessons.sessions import LOAD, STAGE, STAGES, derive
+    from simulator.lessons.traffic import tiers
+
+    headlines, page = runs["sessions"]
+    rows = [{**r, **derive(r)} for r in _rows(page)]
+    assert {r[STAGE] for r in rows} == set(STAGES)
+    hit = {(r[STAGE], _n(r, LOAD)): _n(r, "prefix_cache.token_hit_rate") for r in rows}
+    for load in {_n(r, LOAD) for r in rows}:
+        assert hit[("no cache", load)] == 0.0
+        assert 0 < hit[("prefix cache", load)] < hit[("+ cache-aware routing", load)]
+    tier = tiers(lesson_spec(LESSONS["sessions"], (), quick=True))[0]
+    for stage in STAGES:
+        ok = [r for r in rows if r[STAGE] == stage and tier.meets(r)]
+        if not ok:
+            assert f"{stage}: none of the loads swept" in headlines[0]
+        else:
+            best = max(ok, key=lambda r: _n(r, LOAD))
+            assert f"({_n(best, LOAD):g} starting per second" in headlines[0].split(stage)[1]
 
 
 def test_every_page_opens_with_what_ran(runs: dict) -> None:

@@ -6,6 +6,7 @@ from simulator.lessons import (
     jagged,
     kernels,
     quantization,
+    sessions,
     speculative,
     stack,
     tp_vs_dp,
@@ -77,6 +78,14 @@ LESSONS: dict[str, Lesson] = {
         kernels.STAGE, kernels.analyze, quick_requests=300,
         quick_keep_by={kernels.LOAD: 3, "deployment.engine_version": 5}, derive=kernels.derive,
         rerun=("hardware.gpu=b200",), label_axes=(kernels.LOAD,)),
+    "sessions": Lesson(
+        "sessions",
+        "Agent sessions on the same four GPUs without and with prefix caching, cache-aware "
+        "routing and a host-memory KV tier: sessions per GPU at an SLO, and the cache "
+        "figures behind them.",
+        sessions.STAGE, sessions.analyze, quick_requests=800,
+        quick_keep_by={"deployment.router": 4, sessions.LOAD: 3}, derive=sessions.derive,
+        rerun=("hardware.gpu=h200-sxm",), label_axes=(sessions.LOAD,)),
 }
 
 __all__ = ["LESSONS", "Lesson", "run_lesson"]
