@@ -437,3 +437,14 @@ def test_bad_session_traces_are_one_line(tmp_path: Path, capsys: Any) -> None:
         scenario.write_text(yaml.safe_dump(_trace_scenario(path)))
         code, _, err = run_cli(["simulate", str(scenario)], capsys)
         assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_capacity_search_leaves_sessions_to_their_runs() -> None:
+    # A session sweep's rate starts sessions, not requests, and the search's bracket (the
+    # closed-form estimate) refuses sessions: recommend judges such points as they ran.
+    from simulator.sweep.capacity import searchable
+
+    assert not searchable(_sessions_scenario())
+    plain = _sessions_scenario()
+    del plain["workload"]["sessions"]
+    assert searchable(plain)

@@ -81,9 +81,12 @@ _ESTIMATED = {"ttft_s.p99": "ttft_p99_s", "ttft_s.mean": "ttft_mean_s",
 
 
 def searchable(scenario: Mapping[str, Any]) -> bool:
-    """Whether the search can move this scenario's arrival rate (not a trace replay)."""
-    kind = ((scenario.get("workload") or {}).get("arrival") or {}).get("kind")
-    return kind != "trace"
+    """Whether the search can move this scenario's arrival rate in requests a second: not a
+    trace replay, and not sessions (their arrivals start sessions, whose turns follow their
+    answers; the search's bracket, the closed-form estimate, has no sessions either)."""
+    wl = scenario.get("workload") or {}
+    kind = (wl.get("arrival") or {}).get("kind")
+    return kind != "trace" and not wl.get("sessions")
 
 
 def config_key(scenario: Mapping[str, Any]) -> str:
