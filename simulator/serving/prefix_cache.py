@@ -152,26 +152,29 @@ class PrefixCache:
         refs, idle = self.refs, self.idle
         shared = 0
         mine = set(held)
+        # (one reference less to a name: it stays held by others, or goes idle; inlined, as
+        # a session's history is thousands of blocks released every turn)
         for name in reversed(kept):
             if name in mine:
                 mine.discard(name)
-                shared += self._drop_ref(name)
+                count = refs[name] - 1
+                refs[name] = count
+                if count:
+                    shared += 1
+                else:
+                    idle[name] = None
             elif name not in refs:
                 refs[name] = 0  # the request's own block, already counted free
                 idle[name] = None
         for name in reversed(held):
             if name in mine:  # held but not named in `kept` (a preempted request's)
-                shared += self._drop_ref(name)
+                count = refs[name] - 1
+                refs[name] = count
+                if count:
+                    shared += 1
+                else:
+                    idle[name] = None
         return shared
-
-    def _drop_ref(self, name: int) -> int:
-        """One reference less to `name`: 1 if others still hold it, 0 if it went idle."""
-        held = self.refs[name] - 1
-        self.refs[name] = held
-        if held:
-            return 1
-        self.idle[name] = None
-        return 0
 
     def trim(self, free_blocks: int) -> None:
         """Evict the least recently used idle blocks until the idle ones fit in the free
