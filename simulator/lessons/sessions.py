@@ -90,8 +90,9 @@ def _why(by_stage: Mapping[str, list[Row]], cited: list[Row]) -> list[str]:
     pairs = [(a, b) for a in routed for b in tiered if col(a, LOAD) == col(b, LOAD)]
     if pairs:
         a, b = max(pairs, key=lambda p: col(p[1], HIT) - col(p[0], HIT))
-        cited += [a, b]
-        if col(b, HIT) - col(a, HIT) < 0.01:
+        if col(b, HIT) - col(a, HIT) < 0.01:  # no gain: say so at the load evicting most
+            a, b = max(pairs, key=lambda p: col(p[0], EVICTED))
+            cited += [a, b]
             out.append(
                 f"The host tier changed nothing here: at every load swept the GPU caches "
                 f"evicted only what no prompt asked for again (finished sessions; at "
@@ -99,6 +100,7 @@ def _why(by_stage: Mapping[str, list[Row]], cited: list[Row]) -> list[str]:
                 f"tokens evicted, {col(b, HIT) * 100:.0f} % of prompt tokens cached either "
                 f"way). It pays when the sessions in progress outgrow the GPUs' KV.")
         else:
+            cited += [a, b]
             out.append(
                 f"The host tier pays where the GPU caches overflow: at {col(b, LOAD):g} "
                 f"sessions starting per second the GPU caches alone find "
