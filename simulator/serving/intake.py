@@ -48,7 +48,7 @@ class Intake:
     def hold(self, r: Request, boundary: int) -> None:
         """Hold `r`, which arrived before the start of step `boundary` (0-based)."""
         self.held.append((self.release_step(boundary), r))
-        self.held_tokens += r.target - r.computed + r.output_tokens
+        self.held_tokens += r.tokens_left
 
     @property
     def first_release(self) -> int:
@@ -60,7 +60,7 @@ class Intake:
         held, out = self.held, []
         while held and held[0][0] <= step:
             r = held.popleft()[1]
-            self.held_tokens -= r.target - r.computed + r.output_tokens
+            self.held_tokens -= r.tokens_left
             out.append(r)
         return out
 

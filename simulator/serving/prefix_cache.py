@@ -77,14 +77,20 @@ def cached_prefix(cache: PrefixCache, r: Request, block_size: int) -> tuple[int,
     """(prompt tokens of waiting request `r` found in `cache`, how many of those blocks are
     idle on the GPU, how many must be loaded from the host tier): 0 for a request without
     content or whose KV arrived from a prefill replica. Its block names are worked out on the
-    first look and kept."""
+    first look and kept; so is the answer, until the cache changes (a waiting request is
+    looked up at every step that tries to admit it)."""
     if r.content is None or r.computed:
         return 0, 0, 0
+    memo = r.hit_memo
+    if memo is not None and memo[0] is cache and memo[1] == cache.version:
+        return memo[2]
     names = r.names
     if names is None:
         names = r.names = prompt_names(r.content, block_size, r.input_tokens)
     hit, idle, load = cache.hits(names)
-    return hit * block_size, idle, load
+    found = (hit * block_size, idle, load)
+    r.hit_memo = (cache, cache.version, found)
+    return found
 
 
 class PrefixCache:
@@ -101,6 +107,7 @@ class PrefixCache:
         self.offloaded_blocks = 0  # blocks written to the host tier
         self.reloaded_blocks = 0  # blocks loaded back from it
         self.dropped_blocks = 0  # blocks the host tier let go for room
+        self.version = 0  # counts the changes to what `hits` answers (look-ups memoize on it)
 
     def hits(self, names: Sequence[int]) -> tuple[int, int, int]:
         """(leading blocks of `names` that are cached on the GPU or the host, how many of
@@ -122,6 +129,7 @@ class PrefixCache:
         """A request takes cached blocks (found by `hits`) into its KV; those only on the host
         are loaded into new GPU blocks it holds."""
         refs, idle, host = self.refs, self.idle, self.host
+        self.version += 1
         for name in names:
             held = refs.get(name)
             if held is None:  # on the host: loaded back (the host keeps its copy)
@@ -141,6 +149,8 @@ class PrefixCache:
         fresh = [name for name in names if name not in refs]
         for name in fresh:
             refs[name] = 1
+        if fresh:
+            self.version += 1
         return fresh
 
     def release(self, held: Sequence[int], kept: Sequence[int] = ()) -> int:
@@ -150,13 +160,16 @@ class PrefixCache:
         them, so the tail is evicted before the head the next prompt shares. Returns how many
         of `held` other requests still hold (not free)."""
         refs, idle = self.refs, self.idle
+        self.version += 1
         shared = 0
         mine = set(held)
-        # (one reference less to a name: it stays held by others, or goes idle; inlined, as
-        # a session's history is thousands of blocks released every turn)
-        for name in reversed(kept):
+        # A finished request's `held` blocks are among its `kept` ones (its prompt's blocks
+        # are its sequence's first), so one walk in `kept`'s order serves; a preempted one
+        # keeps nothing and walks `held`. (One reference less to a name: it stays held by
+        # others, or goes idle; inlined, as a session's history is thousands of blocks
+        # released every turn.)
+        for name in reversed(kept if kept else held):
             if name in mine:
-                mine.discard(name)
                 count = refs[name] - 1
                 refs[name] = count
                 if count:
@@ -166,20 +179,14 @@ class PrefixCache:
             elif name not in refs:
                 refs[name] = 0  # the request's own block, already counted free
                 idle[name] = None
-        for name in reversed(held):
-            if name in mine:  # held but not named in `kept` (a preempted request's)
-                count = refs[name] - 1
-                refs[name] = count
-                if count:
-                    shared += 1
-                else:
-                    idle[name] = None
         return shared
 
     def trim(self, free_blocks: int) -> None:
         """Evict the least recently used idle blocks until the idle ones fit in the free
         blocks (an allocation took the room they held)."""
         idle, refs = self.idle, self.refs
+        if len(idle) > free_blocks:
+            self.version += 1
         while len(idle) > free_blocks:
             name, _ = idle.popitem(last=False)
             del refs[name]
@@ -199,7 +206,3 @@ class PrefixCache:
         if len(host) > self.offload_capacity:
             host.popitem(last=False)
             self.dropped_blocks += 1
-
-    @property
-    def cached_blocks(self) -> int:
-        return len(self.refs)

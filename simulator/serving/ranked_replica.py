@@ -91,9 +91,6 @@ class RankedReplica(Replica):
     def schedulers(self) -> list[Scheduler]:
         return [rk.sched for rk in self.ranks]
 
-    def ranks_of(self) -> list[Rank]:
-        return self.ranks
-
     def _take_in(self, r: Request) -> None:
         rank = self.rank_router(self.ranks, r.index, r)
         assert isinstance(rank, Rank)

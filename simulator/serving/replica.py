@@ -87,11 +87,7 @@ class Replica:
     def prefix_hit_tokens(self, r: Request) -> int:
         """Prompt tokens of `r` the replica holds in a prefix cache now (the best of its
         attention-DP ranks')."""
-        return max(rk.prefix_hit_tokens(r) for rk in self.ranks_of())
-
-    def ranks_of(self) -> list[Rank]:
-        """The replica's schedulers with their loads (one for a plain replica)."""
-        return [self.rank]
+        return max(s.prefix_hit_tokens(r) for s in self.schedulers())
 
     def submit(self, r: Request, *, routed: bool = False) -> None:
         """Queue a request; `routed`: it was counted as assigned when the router chose us."""

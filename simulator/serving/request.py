@@ -33,6 +33,7 @@ class Request:
         "first_token_s",
         "generated",
         "held_names",
+        "hit_memo",
         "index",
         "input_tokens",
         "last_token_s",
@@ -101,6 +102,14 @@ class Request:
         self.names: list[int] | None = None
         self.held_names: list[int] | None = None
         self.named = 0
+        # The last prefix-cache look-up: (cache, its version then, the answer).
+        self.hit_memo: tuple[Any, int, tuple[int, int, int]] | None = None
+
+    @property
+    def tokens_left(self) -> int:
+        """Prompt tokens still to prefill and outputs still to make, as it waits: the work a
+        router weighs (a scheduler's and an intake's outstanding tokens)."""
+        return self.target - self.computed + self.output_tokens
 
     def kv_tokens_at(self, step: int) -> int:
         """Cached tokens of a decoding request at the start of global step `step`."""

@@ -18,7 +18,7 @@ from simulator.cost.attention import prefill_pairs
 from simulator.cost.shape import BatchShape
 from simulator.serving.admission import Admission
 from simulator.serving.decode_runs import DecodeRuns
-from simulator.serving.prefix_cache import PrefixCache
+from simulator.serving.prefix_cache import PrefixCache, cached_prefix
 from simulator.serving.request import Request
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig, waiting_queue
 from simulator.serving.speculative import SpecSchedule
@@ -73,6 +73,11 @@ class Scheduler(Admission, DecodeRuns):
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.cfg.block_size)
 
+    def prefix_hit_tokens(self, r: Request) -> int:
+        """Prompt tokens of `r` this scheduler's prefix cache holds now (0 without one)."""
+        cache = self.cache
+        return 0 if cache is None else cached_prefix(cache, r, self.cfg.block_size)[0]
+
     def fits_ever(self, r: Request) -> bool:
         """Can the whole request (prompt and every output's KV) ever be cached at once?"""
         return self.fits_ever_tokens(r.input_tokens, r.output_tokens)
@@ -86,7 +91,7 @@ class Scheduler(Admission, DecodeRuns):
 
     def add(self, r: Request) -> None:
         self.waiting.push(r)
-        self.outstanding_tokens += r.target - r.computed + r.output_tokens
+        self.outstanding_tokens += r.tokens_left
 
     # ---- one step ---------------------------------------------------------------------
 

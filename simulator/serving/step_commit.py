@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import simpy
 
-from simulator.serving.prefix_cache import cached_prefix
 from simulator.serving.request import Request
 from simulator.serving.sched_types import PlannedStep, SchedulerConfig
 from simulator.serving.scheduler import Scheduler
@@ -51,11 +50,8 @@ class Rank:
         return self.sched.outstanding_tokens
 
     def prefix_hit_tokens(self, r: Request) -> int:
-        """Prompt tokens of `r` found in this scheduler's prefix cache now."""
-        cache = self.sched.cache
-        if cache is None:
-            return 0
-        return cached_prefix(cache, r, self.sched.cfg.block_size)[0]
+        """Prompt tokens of `r` found in this rank's prefix cache now."""
+        return self.sched.prefix_hit_tokens(r)
 
 
 def commit_rank(rk: Rank, planned: PlannedStep, end_s: float, dt: float, log: StepLog,

@@ -31,14 +31,15 @@ LengthDraw = Callable[[Any, int], IntArray]  # (length spec, n) -> n token count
 @dataclass(frozen=True, eq=False)
 class ContentDraw:
     """Per request: its full prompt length, its answer length, its content; for sessions, its
-    session, its pause after the previous turn's answer, and each session's start."""
+    session, its pause after the previous turn's answer, and its arrival (a session's first
+    turn at the session's start, NaN for later turns and in a closed loop)."""
 
     input_tokens: IntArray
     output_tokens: IntArray
     content: tuple[Content, ...]
     session: IntArray | None = None
     think_s: FloatArray | None = None
-    session_start_s: FloatArray | None = None  # per session; NaN for a closed loop
+    arrival_s: FloatArray | None = None
 
 
 def draw_seconds(spec: Any, n: int, rng: np.random.Generator) -> FloatArray:
@@ -103,9 +104,11 @@ def session_requests(w: Workload, n: int, rng: np.random.Generator, lengths: Len
     p = prefix.tokens if prefix is not None else 0
     count = prefix.count if prefix is not None else 0
     prompts = np.minimum(p + history + new_in, MAX_TOKENS)
+    arrival_s = np.full(n, np.nan)
+    arrival_s[first] = start_s
     return ContentDraw(prompts, outputs,
                        _session_contents(session, new_in, outputs, choice, p, count),
-                       session, think, start_s)
+                       session, think, arrival_s)
 
 
 def _session_contents(session: IntArray, new_in: IntArray, outputs: IntArray,

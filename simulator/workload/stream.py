@@ -267,7 +267,8 @@ def build_stream(
             w, n, rng, lambda spec, k: sample_lengths(spec, k, rng, base_dir),
             lambda k: sample_arrivals(arrival_spec, k, rng))
         inputs, outputs = drawn.input_tokens, drawn.output_tokens
-        arrival_s = _first_turn_arrivals(drawn, n)
+        assert drawn.arrival_s is not None
+        arrival_s = drawn.arrival_s
         if isinstance(w.arrival, ClosedLoopArrival):
             concurrency = w.arrival.concurrency
     else:
@@ -305,12 +306,3 @@ def build_stream(
     )
     return stream, warnings
 
-
-def _first_turn_arrivals(drawn: ContentDraw, n: int) -> FloatArray:
-    """Per turn, its arrival: a session's start for its first turn, NaN for the others (and
-    for every turn of a closed loop)."""
-    arrival_s = np.full(n, np.nan)
-    assert drawn.session is not None and drawn.session_start_s is not None
-    first = np.flatnonzero(np.r_[True, drawn.session[1:] != drawn.session[:-1]])
-    arrival_s[first] = drawn.session_start_s
-    return arrival_s
