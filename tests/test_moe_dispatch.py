@@ -10,6 +10,7 @@ import pytest
 from simulator.cost import Formats, ParallelLayout, StepModel
 from simulator.cost.comm import allgather_time_s, allreduce_time_s, alltoall_time_s
 from simulator.cost.layout import LayoutError
+from simulator.cost.moe_routing import expected_max_binomial
 from simulator.cost.shape import BatchShape
 from simulator.hardware.profile import load_hardware
 from simulator.inputs.scenario import load_scenario_file
@@ -53,12 +54,15 @@ def test_attention_dp_gathers_every_layer_by_default() -> None:
 def test_all_to_all_replaces_the_gather_on_moe_layers() -> None:
     # Same layout with all-to-all dispatch: the 3 dense-MLP layers still gather and scatter;
     # the 58 MoE layers send each GPU's 4/8 tokens x 8 experts x 7168 hidden away in FP8 and
-    # take them back in BF16 instead.
+    # take them back in BF16 instead. The busiest GPU receives more than the mean 4 pairs:
+    # 32 pairs land on 8 GPUs, E[max of 8 Binomial(32, 1/8)] = 6.80 (tests/test_moe_scatter.py).
     hw = load_hardware("b200")
     ops = _comm(ParallelLayout(1, 1, 8, 8, moe_all_to_all=True))
     gather = 3 * 2 * allgather_time_s(8 * 7168 * BF16_BYTES, 8, hw)
     assert ops["dp_gather_scatter"] == pytest.approx(gather, rel=1e-12)
-    sent = 4 / 8 * 8 * 7168
+    busiest = expected_max_binomial(32, 1 / 8, 8)
+    assert busiest == pytest.approx(6.80, abs=0.005)
+    sent = 4 / 8 * 8 * 7168 * busiest / 4
     fp8 = get_format("fp8").bytes_per_element
     a2a = 58 * (alltoall_time_s(sent * fp8, 8, hw) + alltoall_time_s(sent * BF16_BYTES, 8, hw))
     assert ops["ep_alltoall"] == pytest.approx(a2a, rel=1e-12)

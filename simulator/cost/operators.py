@@ -24,6 +24,7 @@ from simulator.cost.linear_attention import (
     linear_rates,
     linear_terms,
 )
+from simulator.cost.moe_routing import busiest_rank
 from simulator.cost.ops import OpCost, roofline
 from simulator.cost.shape import BatchShape
 from simulator.model.precision import BF16_BYTES, FP32_BYTES, get_format
@@ -175,18 +176,14 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     ops.append(k.gemm("moe_router", ma, moe.num_experts, h, Lm, bf16=True))
     # Expected distinct experts hit: each token picks k of E, so an expert is missed by
     # all T tokens with probability (1 - k/E)^T. Their weights are what decode streams.
+    # The busiest EP rank sets the time: its slots' expected hits and routed pairs, with the
+    # scatter of a step's random routing (cost/moe_routing.py busiest_rank).
     slots = k.expert_slots
     if slots is None:  # uniform routing: every expert slot carries 1/E of the pairs
-        local_experts = moe.num_experts / ep
-        p_hit = 1.0 - (1.0 - moe.experts_per_token / moe.num_experts) ** tokens
-        touched = max(1, round(local_experts * p_hit))
-        routed = tokens * moe.experts_per_token / ep  # token-expert pairs on this GPU
-        hot = 1.0
-    else:  # skewed routing: the busiest EP rank's slots set the time (cost/moe_routing.py)
-        k_sel = moe.experts_per_token
-        touched = max(1, round(sum(1.0 - (1.0 - min(1.0, k_sel * x)) ** tokens for x in slots)))
-        routed = tokens * k_sel * sum(slots)
-        hot = sum(slots) * ep
+        slots = (1.0 / moe.num_experts,) * (moe.num_experts // ep)
+    hit, routed = busiest_rank(slots, ep, moe.experts_per_token, tokens)
+    touched = max(1, round(hit))
+    hot = routed * ep / (tokens * moe.experts_per_token)
     if k.moe_unfused:  # every local expert reads its weights and computes every token
         touched = max(1, round(moe.num_experts / ep))
         routed = tokens * touched
