@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from simulator.hardware.profile import load_hardware
 from simulator.measured.causes import CAUSES, measured_ablation, measured_markdown
 from simulator.measured.detect import read_measurements
@@ -90,6 +92,33 @@ def test_qk_norm_switch_drops_the_allreduce_row() -> None:
     assert engine.arch.qk_norm_across_heads  # the switch copies, never mutates
 
 
+def test_routing_scatter_switch_costs_the_mean_rank() -> None:
+    import simulator
+    from simulator.cost import BatchShape
+
+    scenario = {"schema_version": 1, "name": "r1", "model": "deepseek-r1",
+                "hardware": {"gpu": "b200", "gpus_per_node": 8},
+                "deployment": {"tensor_parallel": 8, "expert_parallel": 8,
+                               "precision": {"weights": "fp8"}},
+                "workload": {"arrival": {"kind": "closed_loop", "concurrency": 16},
+                             "input_tokens": {"kind": "fixed", "value": 1024},
+                             "output_tokens": {"kind": "fixed", "value": 64},
+                             "num_requests": 16}}
+    engine = simulator.load_scenario(scenario).engine
+    assert engine is not None
+    batch = BatchShape(decode_seqs=16, decode_context_tokens=16 * 1024)
+
+    def experts_bytes(e: object) -> float:
+        ops = e.step_model.cost(batch).ops  # type: ignore[attr-defined]
+        return next(o.bytes for o in ops if o.op == "moe_experts_up_gate")
+
+    # 16 tokens over EP 8: the busiest GPU hits 17 experts (tests/test_moe_scatter.py), the
+    # mean GPU 32 x (1 - (1 - 8/256)^16) = 12.7 -> 13, so the switch reads 13/17 the weights.
+    off = SWITCH["b8"].engine(engine)
+    assert experts_bytes(off) / experts_bytes(engine) == pytest.approx(13 / 17, rel=0.02)
+    assert engine.step_model.routing_scatter  # the switch copies, never mutates
+
+
 def test_section_scores_every_cause(tmp_path: Path) -> None:
     gpt = {**DENSE, "id": "gpt", "model": "gpt-oss-120b", "gpu": "b200", "precision": "fp4",
            "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "concurrency": "64",
@@ -99,13 +128,14 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert (result["runs"], result["usable"], result["overall"]["runs"]) == (3, 3, 3)
     assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
                                      "b200 vllm aggregated"}
-    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5", "b6", "b7"]
+    assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5", "b6", "b7",
+                                                     "b8"]
     # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
     on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
     assert on != tile_off
     lines = measured_markdown(result, "r.csv")
     assert lines[0] == "## Measured runs of real engines, cause by cause"
-    assert sum(ln.startswith("| b") for ln in lines) == 7 + 2  # 7 causes, 2 b200 groups
+    assert sum(ln.startswith("| b") for ln in lines) == 8 + 2  # 8 causes, 2 b200 groups
     # The request latency moves TTFT most: it holds no engine step, so TPOT moves only as the
     # closed loop's clients, waiting out the latency, keep fewer requests in the engine.
     on_all, latency_off = result["overall"], result["causes"][6]

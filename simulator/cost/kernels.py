@@ -35,6 +35,9 @@ class Kernels:
     # of the step's tokens, its output masked by the routing weight (vLLM's Mixtral before the
     # fused MoE kernel, PR #2542), instead of a grouped GEMM over the tokens routed to it.
     moe_unfused: bool = False
+    # The busiest EP rank of a random routing draw sets the MoE time (cost/moe_routing.py
+    # busiest_rank); False costs the mean rank's counts instead (REPORT.md's ablation switch).
+    routing_scatter: bool = True
 
     def __post_init__(self) -> None:
         check_layout(self.arch, self.layout)

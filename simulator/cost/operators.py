@@ -181,7 +181,8 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     slots = k.expert_slots
     if slots is None:  # uniform routing: every expert slot carries 1/E of the pairs
         slots = (1.0 / moe.num_experts,) * (moe.num_experts // ep)
-    hit, routed = busiest_rank(slots, ep, moe.experts_per_token, tokens)
+    draws = ep if k.routing_scatter else 1  # one draw: this rank's mean counts
+    hit, routed = busiest_rank(slots, draws, moe.experts_per_token, tokens)
     touched = max(1, round(hit))
     hot = routed * ep / (tokens * moe.experts_per_token)
     if k.moe_unfused:  # every local expert reads its weights and computes every token

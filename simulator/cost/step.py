@@ -95,9 +95,13 @@ class StepModel(Kernels):
         return self._linear_s(linear_decode_terms(self._lin_consts, decode_seqs, 1, dp))
 
     def with_arch(self, arch: Architecture) -> StepModel:
-        """This chip and layout costing `arch` instead (fresh memo caches: they hold `arch`'s
-        step times)."""
-        return replace(self, arch=arch, _token_cache={}, _head_cache={}, _rank_cache={},
+        """This chip and layout costing `arch` instead."""
+        return self.with_changes(arch=arch)
+
+    def with_changes(self, **changes: Any) -> StepModel:
+        """This step model with `changes` to its fields (fresh memo caches: they hold the old
+        fields' step times)."""
+        return replace(self, **changes, _token_cache={}, _head_cache={}, _rank_cache={},
                        _group_cache={})
 
     def token_ops(self, tokens: int) -> list[OpCost]:

@@ -83,6 +83,14 @@ def _per_head_qk_norm(e: Engine) -> Engine:
     return replace(e, arch=arch, step_model=e.step_model.with_arch(arch), prefill_pool=pool)
 
 
+def _mean_ep_rank(e: Engine) -> Engine:
+    """The engine's MoE (and its prefill pool's) costed at the mean EP rank's routed counts,
+    not the busiest of a random draw (cost/moe_routing.py busiest_rank)."""
+    pool = None if e.prefill_pool is None else _mean_ep_rank(e.prefill_pool)
+    return replace(e, step_model=e.step_model.with_changes(routing_scatter=False),
+                   prefill_pool=pool)
+
+
 def _no_token_tile(hw: Hardware) -> Hardware:
     classes = hw.gemm_classes
     if classes is None:
@@ -107,6 +115,8 @@ CAUSES: tuple[Cause, ...] = (
           "prefill batches apart from the decodes", scenario=_sglang_unmixed),
     Cause("b7", "the request latency (fitted at concurrency <= 16)",
           "no request latency (request_latency_us 0)", engine=NO_REQUEST_LATENCY),
+    Cause("b8", "the busiest EP rank of random routing",
+          "MoE costed at the mean EP rank's hit experts and routed pairs", engine=_mean_ep_rank),
 )
 
 

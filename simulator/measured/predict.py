@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.measured.first_round import burst_clients, burst_ttft_s, with_first_round
 from simulator.measured.ordering import lengths_label
 from simulator.measured.scenario import Mapped, Unsupported
 from simulator.measured.steady import closed_loop, round_means_ms, steady_means_ms
@@ -96,7 +97,11 @@ def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
             return means, [*warnings, f"steady state: {rounds} of {loop.rounds} rounds "
                            f"simulated, the rest carried over (measured/steady.py)"]
     result = simulator.simulate(loaded, profiles=profiles)
-    return _window(mapped, loaded, result)
+    warmup = mapped.run.load.warmup_requests
+    burst_of = (burst_clients(mapped.scenario, warmup)
+                if "ttft.mean" in mapped.run.measured else None)
+    burst = None if burst_of is None else burst_ttft_s(mapped.scenario, burst_of, profiles)
+    return _window(mapped, loaded, result, burst)
 
 
 def signed_errors(measured: Mapping[str, float], predicted: Mapping[str, float]
@@ -122,18 +127,27 @@ def _front_end(loaded: Any) -> Any:
     return loaded.engine.style.front_end if loaded.engine is not None else None
 
 
-def _window(mapped: Mapped, loaded: Any, result: Any) -> tuple[dict[str, float], list[str]]:
-    """The simulated figures over the measured requests (warm-up left out)."""
-    from simulator.metrics.summary import summarize
+def _window(mapped: Mapped, loaded: Any, result: Any, burst: Any = None
+            ) -> tuple[dict[str, float], list[str]]:
+    """The simulated figures over the measured requests (warm-up left out), the first round's
+    TTFTs those of `burst` where the run starts with one (measured/first_round.py)."""
+    from simulator.metrics.summary import client_offset_s, summarize
 
     warmup = mapped.run.load.warmup_requests
     notes = list(result.warnings)
     summary = result.summary
+    empty = np.empty(0)
     if warmup:
         records = result.requests[warmup:]
-        empty = np.empty(0)
         summary = summarize(records, empty, empty, result.summary["num_gpus"], None,
                             _front_end(loaded))
+    if burst is not None:
+        later = result.requests[warmup + burst.size:]
+        later = later[(later["drop_reason"] == 0) & np.isfinite(later["finish_s"])]
+        ttft = later["first_token_s"] - later["arrival_s"] + client_offset_s(
+            later, _front_end(loaded))
+        summary = {**summary, "ttft_s": {**summary["ttft_s"],
+                                         "mean": with_first_round(ttft, burst)}}
     out: dict[str, float] = {}
     for quantity, key in (("ttft", "ttft_s"), ("tpot", "tpot_s"), ("e2e", "e2e_s"),
                           ("itl", "itl_s")):

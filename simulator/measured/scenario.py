@@ -54,7 +54,10 @@ TRTLLM_FREE_MEMORY_FRACTION = 0.8
 # random phases of their request cycle.
 CLIENT_START = "random_phase"
 CLIENT_START_NOTE = ("closed-loop clients start at random phases of their request cycle (the "
-                     "measured engines show no lockstep of identical requests)")
+                     "measured engines show no lockstep of identical requests), the first "
+                     "measured round a burst of every client into the idle engine (the "
+                     "harness waits its warm-up out, then starts all clients at once; "
+                     "measured/first_round.py)")
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
 # NVFP4 rows run NVIDIA's ModelOpt NVFP4 checkpoints, whose hf_quant_config.json declares
 # "kv_cache_quant_algo": "FP8" (every one AIConfigurator ships in aic-core model_configs at
