@@ -80,3 +80,25 @@ def test_decode_reads_the_busiest_ranks_experts() -> None:
     by_hand = float(np.sum(1 - cdf[:-1] ** 8))
     assert busiest_rank((1 / 256,) * 32, 8, 8, 16)[0] == pytest.approx(by_hand, rel=1e-9)
     assert round(by_hand) == 17
+
+
+def test_explain_names_the_busiest_gpu() -> None:
+    from simulator.cost.explain import explain
+    from simulator.cost.layout import Formats, ParallelLayout
+
+    fp8 = Formats("fp8", "fp8", "fp8")
+    e = explain("deepseek-r1", "b200", ParallelLayout(8, 1, 1, 8), fp8, decode_batch=16,
+                context=2048)
+    spread = e.expert_spread()
+    assert spread is not None
+    # The hand case above: 16.7 of 32 experts on the busiest GPU, 12.7 on the mean one; the
+    # 16 x 8 = 128 pairs are 16 a GPU on average.
+    assert spread["busiest_experts_hit"] == pytest.approx(16.71, abs=0.01)
+    assert spread["mean_experts_hit"] == pytest.approx(12.745, abs=1e-3)
+    assert spread["mean_pairs"] == pytest.approx(16.0)
+    assert "the busiest GPU sets the MoE time, 16.7 of its 32 experts" in e.to_text()
+    assert e.to_dict()["expert_spread"] == spread
+    # Without EP every GPU holds a slice of every expert: no spread to name.
+    tp_only = explain("deepseek-r1", "b200", ParallelLayout(8, 1, 1, 1), fp8, decode_batch=16,
+                      context=2048)
+    assert tp_only.expert_spread() is None and "busiest GPU" not in tp_only.to_text()

@@ -16,6 +16,7 @@ from simulator.cost import (
     require_fit,
 )
 from simulator.cost.format_chain import KVChain, format_notes, kv_chain
+from simulator.cost.moe_routing import busiest_rank
 from simulator.hardware.profile import Hardware, load_hardware
 from simulator.model.architecture import Architecture
 from simulator.model.load import load_architecture
@@ -83,6 +84,21 @@ class Explanation:
         step runs through: projections and MLP, MoE experts at their rows per expert, LM head."""
         return gemm_kernel_classes(self.model, self.batch.tokens)
 
+    def expert_spread(self) -> dict[str, float] | None:
+        """Under expert parallelism, what the busiest GPU's experts carry in this step against
+        the mean GPU's (cost/moe_routing.py busiest_rank): None without EP or experts."""
+        moe, ep = self.arch.moe, self.model.layout.expert_parallel
+        tokens = self.batch.tokens
+        if moe is None or ep <= 1 or tokens <= 0 or not self.model.routing_scatter:
+            return None
+        slots = self.model.expert_slots or (1.0 / moe.num_experts,) * (moe.num_experts // ep)
+        k = moe.experts_per_token
+        hit, pairs = busiest_rank(slots, ep, k, tokens)
+        mean_hit, mean_pairs = busiest_rank(slots, 1, k, tokens)
+        return {"ranks": ep, "tokens": tokens, "local_experts": len(slots),
+                "busiest_experts_hit": hit, "mean_experts_hit": mean_hit,
+                "busiest_pairs": pairs, "mean_pairs": mean_pairs}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "step_time_s": self.step.step_time_s,
@@ -119,6 +135,7 @@ class Explanation:
             "gemm_format": self.model.gemm_format,
             "format_notes": format_notes(self.model),
             "kernel_classes": self.kernel_classes(),
+            "expert_spread": self.expert_spread(),
             "kv_chain": [c.to_dict() for c in self.kv_chains],
         }
 
@@ -176,6 +193,14 @@ class Explanation:
         classes = ", ".join(f"{k} {v}" for k, v in self.kernel_classes().items())
         lines = [head, f"layers: {kinds}", "", ops, "", totals, mem, self.sentence(),
                  *format_notes(self.model), f"GEMM kernel classes: {classes}"]
+        spread = self.expert_spread()
+        if spread is not None:
+            lines.append(
+                f"experts over EP {spread['ranks']}: the busiest GPU sets the MoE time, "
+                f"{spread['busiest_experts_hit']:.1f} of its {spread['local_experts']} experts "
+                f"hit and {spread['busiest_pairs']:.1f} token-expert pairs against "
+                f"{spread['mean_experts_hit']:.1f} and {spread['mean_pairs']:.1f} on the mean "
+                f"GPU ({spread['tokens']} tokens routed at random)")
         if self.kv_chains:
             lines += ["", "KV-format chain (bytes per token -> capacity -> largest batch -> "
                       "decode throughput):", *(f"  {c.to_text()}" for c in self.kv_chains)]
