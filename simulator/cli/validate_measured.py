@@ -41,6 +41,10 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
         if clash:
             name = "--" + clash[0].replace("_", "-")
             raise click.UsageError(f"{name} applies to the published rows, not --measurements")
+        if (mine["resume"] or mine["fresh"]) and mine["store"] is None:
+            raise click.UsageError("--resume and --fresh apply to a --store folder")
+        if mine["resume"] and mine["fresh"]:
+            raise click.UsageError("--resume and --fresh exclude each other")
         if mine["full_runs"] and mine["method"] != "simulate":
             raise click.UsageError("--full-runs applies to --method simulate (the estimate "
                                    "simulates no run)")
@@ -75,6 +79,19 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
                      help="Simulate every closed loop to its end (default: a long loop of "
                      "identical requests stops once its rounds repeat and the rest are carried "
                      "over, measured/steady.py)."),
+        click.option("--store", "store", type=click.Path(file_okay=False), default=None,
+                     help="Keep every scored run in DIR/store.jsonl as it finishes (the "
+                     "sweep's store); with --resume a later call scores only the runs it "
+                     "lacks (or failed), --fresh starts over."),
+        click.option("--resume", is_flag=True, help="Continue the scoring kept in --store."),
+        click.option("--fresh", is_flag=True, help="Discard the --store's runs and start over."),
+        click.option("--backend", type=click.Choice(["local", "ray"]), default="local",
+                     show_default=True,
+                     help="Score on local processes (--workers) or as Ray tasks (a local Ray "
+                     "instance of --workers CPUs, or the cluster at --ray-address)."),
+        click.option("--ray-address", "ray_address", default=None,
+                     help="Ray cluster to score on with --backend ray (default: RAY_ADDRESS, "
+                     "else a local instance)."),
         click.option("--calibration", "calibration", type=click.Path(dir_okay=False),
                      default=None,
                      help="Score the runs under this calibration overlay (from `frontier "
@@ -88,7 +105,8 @@ def measured_options(f: Callable[..., None]) -> Callable[..., None]:
 
 
 _PARAMS = ("measurements", "more_files", "fmt", "scenario", "sets", "method", "limit",
-           "sample", "seed", "workers", "calibration", "full_runs")
+           "sample", "seed", "workers", "calibration", "full_runs", "store", "resume", "fresh",
+           "backend", "ray_address")
 
 
 def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
@@ -126,7 +144,9 @@ def read_and_map(files: list[Path], fmt: str | None, scenario: str | None,
 def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario: str | None,
                  sets: tuple[str, ...], method: str, limit: int | None, sample: int | None,
                  seed: int, workers: int, calibration: str | None = None,
-                 full_runs: bool = False) -> None:
+                 full_runs: bool = False, store: str | None = None, resume: bool = False,
+                 fresh: bool = False, backend: str = "local",
+                 ray_address: str | None = None) -> None:
     """Read every file (failing before any scoring), map, score, then print once; under a
     calibration, with its host costs in each run's scenario and its GPU profiles in each run,
     and said on the first line."""
@@ -141,9 +161,21 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
         applied = calibration_applied(calibration)
         head = calibration_line(calibration, applied)
     _, _, mapped = read_and_map(files, fmt, scenario, sets, limit, sample, seed)
+    if backend == "ray":
+        from simulator.sweep.runners import RAY_INSTALL_HINT, RayMissingError, ray_available
+
+        if not ray_available():
+            raise RayMissingError(RAY_INSTALL_HINT)
+    kept = None if store is None else _open_store(Path(store), resume, fresh)
     progress = Progress(len(mapped), label="validate", unit="runs")
-    records = score_under(mapped, applied, method, workers, progress, steady=not full_runs)
-    progress.close()
+    try:
+        records = score_under(mapped, applied, method, workers, progress,
+                              steady=not full_runs, store=kept, backend=backend,
+                              ray_address=ray_address)
+    finally:
+        progress.close()
+        if kept is not None:
+            kept.close()
     result = {"method": method, "files": [str(f) for f in files],
               "calibration": calibration, "seconds": time.perf_counter() - start,
               **summarise(records), "runs": records}
@@ -151,6 +183,19 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
         click.echo(json.dumps(result, indent=2, allow_nan=False))
         return
     click.echo(((head + "\n") if head else "") + measured_text(result))
+
+
+def _open_store(folder: Path, resume: bool, fresh: bool) -> Any:
+    """The sweep's store in `folder` (made if missing): refuses a folder already holding one
+    unless resumed or started fresh, and a folder another scoring or sweep holds."""
+    from simulator.safeio import cannot_write
+    from simulator.sweep.store import STORE_NAME, ResultStore
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(folder, exc) from None
+    return ResultStore(folder / STORE_NAME, resume=resume, fresh=fresh)
 
 
 def _check_user_scenarios(mapped: list[Any]) -> None:

@@ -21,6 +21,8 @@ from simulator.measured.ordering import lengths_label
 from simulator.measured.scenario import Mapped, Unsupported
 from simulator.measured.steady import closed_loop, round_means_ms, steady_means_ms
 
+FAILED = "simulation failed"  # the reason of a run the engine gave up on (or whose worker died)
+
 # Exception class names (not imported: the cost model stays out of this module's imports)
 # that mean "the simulator cannot run this setup", not "the input is wrong".
 REFUSAL_CATEGORY = {
@@ -57,7 +59,7 @@ def score(item: tuple[Mapped, str, tuple[Any, ...], bool]) -> dict[str, Any]:
         return {**out, "status": "refused", "reason": category,
                 "detail": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
     except RuntimeError as exc:  # the engine gave up (e.g. stalled): listed, never dropped
-        return {**out, "status": "refused", "reason": "simulation failed",
+        return {**out, "status": "refused", "reason": FAILED,
                 "detail": str(exc).splitlines()[0]}
     errors = signed_errors(run.measured, predicted)
     return {**out, "status": "scored", "predicted": predicted, "errors": errors,

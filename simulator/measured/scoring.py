@@ -4,43 +4,104 @@ and p90 of |error| and the median signed error."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from simulator.measured.ordering import pair_ordering, points_of
-from simulator.measured.predict import score
+from simulator.measured.predict import FAILED, score
 from simulator.measured.scenario import Mapped, layout_in_doubt
 from simulator.progress import Progress
+from simulator.sweep.runners import run_items_local, run_items_ray
+from simulator.sweep.store import Record, ResultStore, make_record
 
 if TYPE_CHECKING:
     from simulator.calibration.applied import Applied, GpuValue
 
 
+ScoreItem = tuple[Mapped, str, tuple[Any, ...], bool]  # what predict.score takes
+Keyed = tuple[str, ScoreItem]
+
+
 def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
               progress: Progress | None = None,
               gpu_values: Sequence[GpuValue] = (),
-              steady: bool = True) -> list[dict[str, Any]]:
-    """Each run's record, in input order; `workers` > 1 spreads them over processes; every
-    run on the calibrated profiles `gpu_values` describe (a calibration's); `steady`: long
-    closed loops stop once their rounds repeat (measured/steady.py), else run whole."""
+              steady: bool = True, store: ResultStore | None = None,
+              backend: str = "local", ray_address: str | None = None
+              ) -> list[dict[str, Any]]:
+    """Each run's record, in input order; `workers` > 1 spreads them over processes (the
+    sweep's runners: local processes, or Ray tasks with `backend` "ray"); every run on the
+    calibrated profiles `gpu_values` describe (a calibration's); `steady`: long closed loops
+    stop once their rounds repeat (measured/steady.py), else run whole. With a `store`, each
+    record is kept as it finishes, and runs it already holds (scored or refused, not failed)
+    are taken from it instead of scored again: an interrupted scoring resumes."""
     items = [(m, method, tuple(gpu_values), steady) for m in mapped]
-    out: list[dict[str, Any]] = []
-    results: Iterable[dict[str, Any]]
-    pool = ProcessPoolExecutor(workers) if workers > 1 and len(items) > 1 else None
-    try:
-        results = pool.map(score, items, chunksize=4) if pool is not None else map(score, items)
-        for rec in results:
-            out.append(rec)
-            if progress is not None:
-                progress.step()
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
-    return out
+    keys = [run_key(item) for item in items]
+    kept = {} if store is None else {
+        k: r["result"] for k, r in store.records().items()
+        if r["point_status"] != "error" and r["result"] is not None}
+    results: dict[str, dict[str, Any]] = {k: kept[k] for k in keys if k in kept}
+    if progress is not None:
+        for _ in results:
+            progress.step()
+    todo = list({k: (k, item) for k, item in zip(keys, items, strict=True)
+                 if k not in results}.values())
+
+    def finished(done: tuple[str, dict[str, Any]]) -> None:
+        key, rec = done
+        results[key] = rec
+        if store is not None:
+            store.append(_stored(key, rec))
+        if progress is not None:
+            progress.step()
+
+    if backend == "ray":
+        run_items_ray(todo, workers, finished, ray_address, _score_keyed, _crashed)
+    elif workers > 1 and len(todo) > 1:
+        run_items_local(todo, workers, finished, _score_keyed, _crashed)
+    else:
+        for job in todo:
+            finished(_score_keyed(job))
+    return [results[k] for k in keys]
+
+
+def run_key(item: ScoreItem) -> str:
+    """What a stored record is found by: the run (its source, row and figures), its scenario
+    and how it is scored (method, calibrated GPU values, early stop)."""
+    m, method, gpu_values, steady = item
+    r = m.run
+    blob = json.dumps([r.run_id, r.source, r.row, dict(r.measured), m.scenario, method,
+                       [repr(v) for v in gpu_values], steady], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _score_keyed(job: Keyed) -> tuple[str, dict[str, Any]]:
+    return job[0], score(job[1])
+
+
+def _crashed(job: Keyed, exc: BaseException) -> tuple[str, dict[str, Any]]:
+    """The record of a run whose worker died or whose result could not come back: refused as
+    failed (kept in a store as an error, so a resumed scoring tries it again)."""
+    m = job[1][0]
+    return job[0], {"id": m.run.run_id, "source": m.run.source, "row": m.run.row,
+                    "gpu": m.group[0], "engine": m.group[1], "mode": m.group[2],
+                    "defaults": list(m.defaults), "measured": dict(m.run.measured),
+                    "status": "refused", "reason": FAILED,
+                    "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+
+
+def _stored(key: str, rec: dict[str, Any]) -> Record:
+    """A scored run as the sweep store keeps a point: ok, dropped (refused by the model, which
+    a rerun would refuse again) or error (failed: tried again on resume)."""
+    if rec["status"] == "scored":
+        return make_record(key, {"id": rec["id"]}, "ok", result=rec)
+    status = "error" if rec.get("reason") == FAILED else "dropped"
+    return make_record(key, {"id": rec["id"]}, status, result=rec, reason=rec.get("reason"),
+                       error=rec.get("detail"))
 
 
 def calibrated_runs(mapped: Sequence[Mapped], host_costs: Mapping[str, Mapping[str, float]]
@@ -62,14 +123,18 @@ def calibrated_runs(mapped: Sequence[Mapped], host_costs: Mapping[str, Mapping[s
 
 def score_under(mapped: Sequence[Mapped], applied: Applied | None, method: str,
                 workers: int = 1, progress: Progress | None = None,
-                steady: bool = True) -> list[dict[str, Any]]:
+                steady: bool = True, store: ResultStore | None = None,
+                backend: str = "local", ray_address: str | None = None
+                ) -> list[dict[str, Any]]:
     """score_all of the runs as a calibration overlay (`applied`, calibration/applied.py)
     gives them: its host costs in each scenario, its GPU profiles in each run; None: the
     shipped values. The one rule `validate --calibration` and `calibrate --confirm` share."""
-    if applied is None:
-        return score_all(mapped, method, workers, progress, steady=steady)
-    return score_all(calibrated_runs(mapped, applied.host_costs), method, workers, progress,
-                     applied.gpu_values, steady)
+    runs: Sequence[Mapped] = mapped
+    gpu_values: Sequence[GpuValue] = ()
+    if applied is not None:
+        runs, gpu_values = calibrated_runs(mapped, applied.host_costs), applied.gpu_values
+    return score_all(runs, method, workers, progress, gpu_values, steady, store, backend,
+                     ray_address)
 
 
 def error_stats(errors: Sequence[float]) -> dict[str, float]:

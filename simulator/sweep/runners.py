@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, BrokenExecutor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from simulator.cost import LayoutError, MemoryFitError
 from simulator.errors import InputError
@@ -44,6 +44,8 @@ class Task:
 
 
 Evaluate = Callable[[Task], Record]
+T = TypeVar("T")  # a unit of work the generic runners take (sweep Task, measured run, ...)
+R = TypeVar("R")  # what evaluating it gives
 REFUSALS = (InputError, ModelError, LayoutError, MemoryFitError)
 OnRecord = Callable[[Record], None]
 
@@ -117,24 +119,33 @@ def run_local(tasks: Sequence[Task], workers: int, on_record: OnRecord,
               evaluate: Evaluate = evaluate_point) -> None:
     """Run tasks on a pool of `workers` processes; records reach `on_record` as they finish,
     one per task whatever happens to the workers."""
-    if not tasks:
+    run_items_local(tasks, workers, on_record, evaluate, _crash_record)
+
+
+def run_items_local(items: Sequence[T], workers: int, on_result: Callable[[R], None],
+                    evaluate: Callable[[T], R], crashed: Callable[[T, BaseException], R]
+                    ) -> None:
+    """`run_local` for any picklable work: `evaluate` each item on `workers` processes, and
+    `crashed` stands in for the result of an item whose worker died or whose result failed."""
+    if not items:
         return
-    workers = max(1, min(workers, len(tasks)))
-    queue = deque(tasks)
+    workers = max(1, min(workers, len(items)))
+    queue = deque(items)
     while queue:
-        if not _run_pool(queue, workers, on_record, evaluate) and queue:
+        if not _run_pool(queue, workers, on_result, evaluate, crashed) and queue:
             # A pool that broke before giving any record: count the next point as crashed,
             # so a point that kills every worker at once cannot stall the sweep.
-            on_record(_crash_record(queue.popleft(), RuntimeError(WORKER_DIED)))
+            on_result(crashed(queue.popleft(), RuntimeError(WORKER_DIED)))
 
 
-def _run_pool(queue: deque[Task], workers: int, on_record: OnRecord, evaluate: Evaluate) -> int:
+def _run_pool(queue: deque[T], workers: int, on_record: Callable[[R], None],
+              evaluate: Callable[[T], R], crashed: Callable[[T, BaseException], R]) -> int:
     """Run tasks from `queue` on one pool until it is empty or the pool breaks (the tasks in
     flight are then recorded as crashed; the rest stay queued). Returns the records given."""
     given = 0
     with ProcessPoolExecutor(max_workers=workers, initializer=_watch_parent) as pool:
         window = workers * 4  # a bounded window in flight: a huge sweep is not queued at once
-        pending: dict[Future[Record], Task] = {}
+        pending: dict[Future[R], T] = {}
         broken = False
         while True:
             while not broken and queue and len(pending) < window:
@@ -153,9 +164,9 @@ def _run_pool(queue: deque[Task], workers: int, on_record: OnRecord, evaluate: E
                     rec = fut.result()
                 except BrokenExecutor:
                     broken = True
-                    rec = _crash_record(task, RuntimeError(WORKER_DIED))
+                    rec = crashed(task, RuntimeError(WORKER_DIED))
                 except Exception as exc:  # e.g. a result that cannot be pickled back
-                    rec = _crash_record(task, exc)
+                    rec = crashed(task, exc)
                 on_record(rec)
                 given += 1
 
@@ -172,6 +183,13 @@ def run_ray(tasks: Sequence[Task], workers: int, on_record: OnRecord, address: s
             evaluate: Evaluate = evaluate_point) -> None:
     """The same points as Ray tasks, on the cluster at `address` (or RAY_ADDRESS) or on a
     local instance with `workers` CPUs; results stream back into `on_record`."""
+    run_items_ray(tasks, workers, on_record, address, evaluate, _crash_record)
+
+
+def run_items_ray(items: Sequence[T], workers: int, on_result: Callable[[R], None],
+                  address: str | None, evaluate: Callable[[T], R],
+                  crashed: Callable[[T, BaseException], R]) -> None:
+    """`run_ray` for any picklable work, as `run_items_local` is for the local pool."""
     try:
         import ray
     except ImportError:
@@ -189,7 +207,7 @@ def run_ray(tasks: Sequence[Task], workers: int, on_record: OnRecord, address: s
         started = True
     try:
         remote = ray.remote(num_cpus=1, max_retries=0)(evaluate)
-        pending = {remote.remote(t): t for t in tasks}
+        pending = {remote.remote(t): t for t in items}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
@@ -197,8 +215,8 @@ def run_ray(tasks: Sequence[Task], workers: int, on_record: OnRecord, address: s
                 try:
                     rec = ray.get(ref)
                 except Exception as exc:  # the task or its worker died
-                    rec = _crash_record(task, exc)
-                on_record(rec)
+                    rec = crashed(task, exc)
+                on_result(rec)
     finally:
         if started:
             ray.shutdown()

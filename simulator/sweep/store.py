@@ -146,8 +146,8 @@ class ResultStore:
         size = path.stat().st_size if path.exists() else 0
         if size > 0 and not (resume or fresh):
             raise StoreExistsError(
-                f"{path.parent} already holds a sweep ({path.name}); pass --resume to continue "
-                f"it or --fresh to start over"
+                f"{path.parent} already holds results ({path.name}); pass --resume to go on "
+                f"from them or --fresh to start over"
             )
         if fresh and path.exists():
             path.unlink()
