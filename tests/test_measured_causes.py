@@ -4,9 +4,11 @@ its change through the model's own path, and the section reports every cause on 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from simulator.cost import BatchShape
 from simulator.hardware.profile import load_hardware
 from simulator.measured.causes import CAUSES, measured_ablation, measured_markdown
 from simulator.measured.detect import read_measurements
@@ -71,19 +73,24 @@ def test_kv_switch_and_token_tile_switch(tmp_path: Path) -> None:
     assert off.grouped_hbm_fraction == b200.gemm_classes.grouped_hbm_fraction
 
 
-def test_qk_norm_switch_drops_the_allreduce_row() -> None:
+def _b200_fp8_engine(model: str, layout: dict[str, int], clients: int) -> Any:
+    """The engine of `model` on B200s with FP8 weights under `layout`, a short closed loop."""
     import simulator
-    from simulator.cost import BatchShape
 
-    scenario = {"schema_version": 1, "name": "mm", "model": "minimax-m2.5",
+    scenario = {"schema_version": 1, "name": model, "model": model,
                 "hardware": {"gpu": "b200", "gpus_per_node": 8},
-                "deployment": {"tensor_parallel": 4, "precision": {"weights": "fp8"}},
-                "workload": {"arrival": {"kind": "closed_loop", "concurrency": 4},
+                "deployment": {**layout, "precision": {"weights": "fp8"}},
+                "workload": {"arrival": {"kind": "closed_loop", "concurrency": clients},
                              "input_tokens": {"kind": "fixed", "value": 1024},
                              "output_tokens": {"kind": "fixed", "value": 64},
-                             "num_requests": 4}}
+                             "num_requests": clients}}
     engine = simulator.load_scenario(scenario).engine
     assert engine is not None
+    return engine
+
+
+def test_qk_norm_switch_drops_the_allreduce_row() -> None:
+    engine = _b200_fp8_engine("minimax-m2.5", {"tensor_parallel": 4}, 4)
     batch = BatchShape(decode_seqs=4, decode_context_tokens=4096)
     on = {o.op for o in engine.step_model.cost(batch).ops}
     off_engine = SWITCH["b4"].engine(engine)
@@ -93,19 +100,7 @@ def test_qk_norm_switch_drops_the_allreduce_row() -> None:
 
 
 def test_routing_scatter_switch_costs_the_mean_rank() -> None:
-    import simulator
-    from simulator.cost import BatchShape
-
-    scenario = {"schema_version": 1, "name": "r1", "model": "deepseek-r1",
-                "hardware": {"gpu": "b200", "gpus_per_node": 8},
-                "deployment": {"tensor_parallel": 8, "expert_parallel": 8,
-                               "precision": {"weights": "fp8"}},
-                "workload": {"arrival": {"kind": "closed_loop", "concurrency": 16},
-                             "input_tokens": {"kind": "fixed", "value": 1024},
-                             "output_tokens": {"kind": "fixed", "value": 64},
-                             "num_requests": 16}}
-    engine = simulator.load_scenario(scenario).engine
-    assert engine is not None
+    engine = _b200_fp8_engine("deepseek-r1", {"tensor_parallel": 8, "expert_parallel": 8}, 16)
     batch = BatchShape(decode_seqs=16, decode_context_tokens=16 * 1024)
 
     def experts_bytes(e: object) -> float:
