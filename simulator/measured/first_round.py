@@ -29,6 +29,7 @@ import numpy.typing as npt
 # whole output.
 BURST_FIRST_OUTPUT = 16
 
+
 def burst_clients(scenario: dict[str, Any], warmup: int) -> int | None:
     """C, where the run's first measured round is a burst of C clients into an idle engine: a
     closed loop reproduced at random phases (measured/scenario.py CLIENT_START) whose warm-up
