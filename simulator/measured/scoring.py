@@ -59,7 +59,7 @@ def score_all(mapped: Sequence[Mapped], method: str, workers: int = 1,
         if progress is not None:
             progress.step()
 
-    if backend == "ray":
+    if backend == "ray" and todo:
         run_items_ray(todo, workers, finished, ray_address, _score_keyed, _crashed)
     elif workers > 1 and len(todo) > 1:
         run_items_local(todo, workers, finished, _score_keyed, _crashed)
