@@ -161,11 +161,9 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
         applied = calibration_applied(calibration)
         head = calibration_line(calibration, applied)
     _, _, mapped = read_and_map(files, fmt, scenario, sets, limit, sample, seed)
-    if backend == "ray":
-        from simulator.sweep.runners import RAY_INSTALL_HINT, RayMissingError, ray_available
+    from simulator.sweep.runners import require_ray
 
-        if not ray_available():
-            raise RayMissingError(RAY_INSTALL_HINT)
+    require_ray(backend)
     kept = None if store is None else _open_store(Path(store), resume, fresh)
     progress = Progress(len(mapped), label="validate", unit="runs")
     try:
@@ -188,13 +186,10 @@ def run_measured(files: list[Path], *, as_json: bool, fmt: str | None, scenario:
 def _open_store(folder: Path, resume: bool, fresh: bool) -> Any:
     """The sweep's store in `folder` (made if missing): refuses a folder already holding one
     unless resumed or started fresh, and a folder another scoring or sweep holds."""
-    from simulator.safeio import cannot_write
+    from simulator.safeio import make_folder
     from simulator.sweep.store import STORE_NAME, ResultStore
 
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise cannot_write(folder, exc) from None
+    make_folder(folder)
     return ResultStore(folder / STORE_NAME, resume=resume, fresh=fresh)
 
 

@@ -16,7 +16,7 @@ from simulator.cost import (
     require_fit,
 )
 from simulator.cost.format_chain import KVChain, format_notes, kv_chain
-from simulator.cost.moe_routing import busiest_rank
+from simulator.cost.moe_routing import busiest_rank, rank_slots
 from simulator.hardware.profile import Hardware, load_hardware
 from simulator.model.architecture import Architecture
 from simulator.model.load import load_architecture
@@ -91,7 +91,7 @@ class Explanation:
         tokens = self.batch.tokens
         if moe is None or ep <= 1 or tokens <= 0 or not self.model.routing_scatter:
             return None
-        slots = self.model.expert_slots or (1.0 / moe.num_experts,) * (moe.num_experts // ep)
+        slots = rank_slots(moe.num_experts, ep, self.model.expert_slots)
         k = moe.experts_per_token
         hit, pairs = busiest_rank(slots, ep, k, tokens)
         mean_hit, mean_pairs = busiest_rank(slots, 1, k, tokens)

@@ -87,6 +87,14 @@ def hot_factor(slots: Sequence[float], ep: int) -> float:
     return sum(slots) * ep
 
 
+def rank_slots(num_experts: int, ep: int, expert_slots: tuple[float, ...] | None
+               ) -> tuple[float, ...]:
+    """The shares of all token-expert pairs one EP rank's slots serve: the busiest rank's of
+    a skewed profile (`expert_slots`), else any rank's E/ep slots of 1/E each."""
+    if expert_slots is not None:
+        return expert_slots
+    return (1.0 / num_experts,) * (num_experts // ep)
+
 
 def _expected_max(pmf: Sequence[float], start: int, copies: int) -> float:
     """E[max] of `copies` independent counts whose pmf over start, start + 1, ... is `pmf`:

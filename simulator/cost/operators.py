@@ -24,7 +24,7 @@ from simulator.cost.linear_attention import (
     linear_rates,
     linear_terms,
 )
-from simulator.cost.moe_routing import busiest_rank
+from simulator.cost.moe_routing import busiest_rank, rank_slots
 from simulator.cost.ops import OpCost, roofline
 from simulator.cost.shape import BatchShape
 from simulator.model.precision import BF16_BYTES, FP32_BYTES, get_format
@@ -178,9 +178,7 @@ def ffn_ops(k: Kernels, tokens: int) -> list[OpCost]:
     # all T tokens with probability (1 - k/E)^T. Their weights are what decode streams.
     # The busiest EP rank sets the time: its slots' expected hits and routed pairs, with the
     # scatter of a step's random routing (cost/moe_routing.py busiest_rank).
-    slots = k.expert_slots
-    if slots is None:  # uniform routing: every expert slot carries 1/E of the pairs
-        slots = (1.0 / moe.num_experts,) * (moe.num_experts // ep)
+    slots = rank_slots(moe.num_experts, ep, k.expert_slots)
     draws = ep if k.routing_scatter else 1  # one draw: this rank's mean counts
     hit, routed = busiest_rank(slots, draws, moe.experts_per_token, tokens)
     touched = max(1, round(hit))

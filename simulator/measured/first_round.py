@@ -62,7 +62,7 @@ def burst_ttft_s(scenario: dict[str, Any], clients: int, profiles: Any = None,
     """Client-side TTFT of each of `clients` requests sent together into the idle engine
     (`load` builds the engine from a scenario: simulator.load_scenario unless given)."""
     import simulator
-    from simulator.metrics.summary import client_offset_s
+    from simulator.metrics.summary import client_ttft_s
 
     build = load or simulator.load_scenario
     full = int((scenario["workload"].get("output_tokens") or {}).get("value") or 0)
@@ -76,8 +76,7 @@ def burst_ttft_s(scenario: dict[str, Any], clients: int, profiles: Any = None,
             break
         cap *= 2
     front_end = loaded.engine.style.front_end if loaded.engine is not None else None
-    ttft: npt.NDArray[np.float64] = (done["first_token_s"] - done["arrival_s"]
-                                     + client_offset_s(done, front_end))
+    ttft: npt.NDArray[np.float64] = client_ttft_s(done, front_end)
     return ttft
 
 

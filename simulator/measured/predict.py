@@ -40,13 +40,7 @@ def score(item: tuple[Mapped, str, tuple[Any, ...], bool]) -> dict[str, Any]:
     rounds repeat, steady.py)."""
     mapped, method, gpu_values, steady = item
     run = mapped.run
-    out: dict[str, Any] = {
-        "id": run.run_id, "source": run.source, "row": run.row, "format": run.format,
-        "gpu": mapped.group[0], "engine": mapped.group[1], "mode": mapped.group[2],
-        "engine_version": run.engine_version, "model": run.model,
-        "lengths": lengths_label(run),
-        "defaults": list(mapped.defaults), "measured": dict(run.measured),
-    }
+    out = record_head(mapped)
     start = time.perf_counter()
     try:
         if mapped.refused is not None:
@@ -64,6 +58,19 @@ def score(item: tuple[Mapped, str, tuple[Any, ...], bool]) -> dict[str, Any]:
     errors = signed_errors(run.measured, predicted)
     return {**out, "status": "scored", "predicted": predicted, "errors": errors,
             "notes": notes, "seconds": time.perf_counter() - start}
+
+
+def record_head(mapped: Mapped) -> dict[str, Any]:
+    """What every run's record starts with, scored or not: provenance, group, declared
+    defaults and the measured figures."""
+    run = mapped.run
+    return {
+        "id": run.run_id, "source": run.source, "row": run.row, "format": run.format,
+        "gpu": mapped.group[0], "engine": mapped.group[1], "mode": mapped.group[2],
+        "engine_version": run.engine_version, "model": run.model,
+        "lengths": lengths_label(run),
+        "defaults": list(mapped.defaults), "measured": dict(run.measured),
+    }
 
 
 def _predict(mapped: Mapped, method: str, gpu_values: tuple[Any, ...] = (),
@@ -133,21 +140,20 @@ def _window(mapped: Mapped, loaded: Any, result: Any, burst: Any = None
             ) -> tuple[dict[str, float], list[str]]:
     """The simulated figures over the measured requests (warm-up left out), the first round's
     TTFTs those of `burst` where the run starts with one (measured/first_round.py)."""
-    from simulator.metrics.summary import client_offset_s, summarize
+    from simulator.metrics.summary import client_ttft_s, summarize
 
     warmup = mapped.run.load.warmup_requests
     notes = list(result.warnings)
     summary = result.summary
-    empty = np.empty(0)
     if warmup:
         records = result.requests[warmup:]
+        empty = np.empty(0)
         summary = summarize(records, empty, empty, result.summary["num_gpus"], None,
                             _front_end(loaded))
     if burst is not None:
         later = result.requests[warmup + burst.size:]
         later = later[(later["drop_reason"] == 0) & np.isfinite(later["finish_s"])]
-        ttft = later["first_token_s"] - later["arrival_s"] + client_offset_s(
-            later, _front_end(loaded))
+        ttft = client_ttft_s(later, _front_end(loaded))
         summary = {**summary, "ttft_s": {**summary["ttft_s"],
                                          "mean": with_first_round(ttft, burst)}}
     out: dict[str, float] = {}

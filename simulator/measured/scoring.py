@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from simulator.measured.ordering import pair_ordering, points_of
-from simulator.measured.predict import FAILED, score
+from simulator.measured.predict import FAILED, record_head, score
 from simulator.measured.scenario import Mapped, layout_in_doubt
 from simulator.progress import Progress
 from simulator.sweep.runners import run_items_local, run_items_ray
@@ -86,11 +86,7 @@ def _score_keyed(job: Keyed) -> tuple[str, dict[str, Any]]:
 def _crashed(job: Keyed, exc: BaseException) -> tuple[str, dict[str, Any]]:
     """The record of a run whose worker died or whose result could not come back: refused as
     failed (kept in a store as an error, so a resumed scoring tries it again)."""
-    m = job[1][0]
-    return job[0], {"id": m.run.run_id, "source": m.run.source, "row": m.run.row,
-                    "gpu": m.group[0], "engine": m.group[1], "mode": m.group[2],
-                    "defaults": list(m.defaults), "measured": dict(m.run.measured),
-                    "status": "refused", "reason": FAILED,
+    return job[0], {**record_head(job[1][0]), "status": "refused", "reason": FAILED,
                     "detail": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 
 

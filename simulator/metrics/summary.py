@@ -88,6 +88,11 @@ def client_offset_s(records: npt.NDArray[Any], front_end: FrontEnd | None) -> An
     return records["front_end_s"] + front_end.first_chunk_s
 
 
+def client_ttft_s(records: npt.NDArray[Any], front_end: FrontEnd | None) -> Any:
+    """Each request's TTFT as the client measures it: the engine's plus `client_offset_s`."""
+    return records["first_token_s"] - records["arrival_s"] + client_offset_s(records, front_end)
+
+
 def summarize(
     records: npt.NDArray[Any],
     itl_values_s: FloatArray,

@@ -32,12 +32,10 @@ from simulator.sweep.frontier import DEFAULT_X, DEFAULT_Y, Axis, frontier_rows
 from simulator.sweep.grid import Expansion, Point, SweepSpec, expand, load_sweep, point_key
 from simulator.sweep.precheck import refused_value
 from simulator.sweep.runners import (
-    RAY_INSTALL_HINT,
     Evaluate,
-    RayMissingError,
     Task,
     evaluate_point,
-    ray_available,
+    require_ray,
     run_local,
     run_ray,
 )
@@ -195,8 +193,7 @@ def run_sweep(
         raise InputError("--out '': give a folder for the sweep's outputs")
     if backend not in ("local", "ray"):
         raise InputError(f"--backend {backend!r}: choose local or ray")
-    if backend == "ray" and not ray_available():
-        raise RayMissingError(RAY_INSTALL_HINT)
+    require_ray(backend)
     spec = source if isinstance(source, SweepSpec) else load_sweep(source)
     expansion = expand(spec)
     if not expansion.points:

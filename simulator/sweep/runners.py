@@ -171,6 +171,12 @@ def _run_pool(queue: deque[T], workers: int, on_record: Callable[[R], None],
                 given += 1
 
 
+def require_ray(backend: str) -> None:
+    """Refuse `--backend ray` in one line where Ray is not installed."""
+    if backend == "ray" and not ray_available():
+        raise RayMissingError(RAY_INSTALL_HINT)
+
+
 def ray_available() -> bool:
     try:
         import ray  # noqa: F401
