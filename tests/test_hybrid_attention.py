@@ -140,7 +140,7 @@ def _config(**changes: object) -> dict[str, object]:
     ({"linear_num_value_heads": 60}, "not a multiple of 'linear_num_key_heads'"),
     ({"mamba_ssm_dtype": "float8"}, "'mamba_ssm_dtype' is 'float8'"),
     ({"layer_types": ["mamba"] * 60}, "'mamba', a layer kind"),
-    ({"hybrid_override_pattern": "M-M*"}, "Mamba-2 layers"),
+    ({"hybrid_override_pattern": "M-M*"}, "lists 4 blocks but 'num_hidden_layers' is 60"),
     ({"mlp_only_layers": [0]}, "missing required key 'intermediate_size'"),
 ])
 def test_bad_hybrid_configs_are_refused_in_one_line(tmp_path: Path, changes: dict[str, object],

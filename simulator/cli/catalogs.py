@@ -7,6 +7,9 @@ import click
 from simulator.cli.common import dump
 from simulator.units import table
 
+# How the models table names each kind of recurrent layer.
+_RECURRENT_NAMES = {"gated_deltanet": "GDN", "mamba2": "Mamba-2"}
+
 
 @click.group()
 def hardware() -> None:
@@ -89,9 +92,12 @@ def models_list(as_json: bool) -> None:
         a = load_architecture(name)
         kind = "MLA" if a.mla else ("MHA" if a.num_kv_heads == a.num_attention_heads else "GQA")
         moe = f"{a.moe.experts_per_token}/{a.moe.num_experts}" if a.moe else "-"
-        # Beside the attention: a sparse model's indexer, a hybrid's Gated DeltaNet layers.
+        # Beside the attention: a sparse model's indexer, a hybrid's recurrent layers (and
+        # Nemotron-H's MLP blocks, which stand apart from its mixers).
+        recurrent = None if a.linear is None else a.linear.kind
         extra = (" DSA" if a.sparse else "") + (
-            f" + {a.num_linear_layers} GDN layers" if a.linear else "")
+            f" + {a.num_linear_layers} {_RECURRENT_NAMES[recurrent]} layers" if recurrent
+            else "") + ("" if a.num_ffn_blocks is None else f", {a.num_ffn_blocks} MLP blocks")
         data.append(
             {
                 "name": name,
@@ -103,6 +109,8 @@ def models_list(as_json: bool) -> None:
                 "experts": moe,
                 "sparse_attention": a.sparse is not None,
                 "linear_attention_layers": a.num_linear_layers,
+                "recurrent_layer_kind": recurrent,
+                "mlp_blocks": a.num_ffn_blocks,
             }
         )
         rows.append(

@@ -188,7 +188,7 @@ class Explanation:
                 f" (after {m.state_reserve_bytes_per_gpu / 1e9:.2f} GB set aside for "
                 f"recurrent states, {m.state_bytes_per_seq_per_gpu / 1e6:.1f} MB a sequence)"
             )
-        kinds = ", ".join(f"{n} {kind.replace('_', ' ')}"
+        kinds = ", ".join(f"{n} {_KIND_WORDS.get(kind, kind.replace('_', ' '))}"
                           for kind, n in layer_kinds(self.arch).items() if n)
         classes = ", ".join(f"{k} {v}" for k, v in self.kernel_classes().items())
         lines = [head, f"layers: {kinds}", "", ops, "", totals, mem, self.sentence(),
@@ -207,13 +207,23 @@ class Explanation:
         return "\n".join(lines)
 
 
+# Layer kinds whose words are not their key with spaces.
+_KIND_WORDS = {"mamba2": "Mamba-2", "mlp_blocks": "MLP blocks"}
+
+
 def layer_kinds(arch: Architecture) -> dict[str, int]:
     """How many layers attend fully, within a window (or a sparse model's top-k), or by a
-    Gated DeltaNet recurrence (a hybrid's linear attention)."""
+    recurrence (a hybrid's Gated DeltaNet linear attention or Mamba-2), and how many MLP
+    blocks stand apart from the mixers (Nemotron-H)."""
     windowed = arch.windowed_attention_layers
     kind = "sparse_attention" if arch.sparse is not None else "sliding_attention"
-    return {"full_attention": arch.softmax_attention_layers - windowed, kind: windowed,
-            "linear_attention": arch.num_linear_layers}
+    recurrent = "mamba2" if arch.linear is not None and arch.linear.is_mamba2 else \
+        "linear_attention"
+    kinds = {"full_attention": arch.softmax_attention_layers - windowed, kind: windowed,
+             recurrent: arch.num_linear_layers}
+    if arch.num_ffn_blocks is not None:
+        kinds["mlp_blocks"] = arch.num_ffn_blocks
+    return kinds
 
 
 def explain(

@@ -19,6 +19,7 @@ from simulator.cost.comm import (
 from simulator.cost.kernels import Kernels
 from simulator.cost.layout import kv_heads_per_gpu as _kv_heads_per_gpu
 from simulator.cost.linear_attention import (
+    OP_PREFIX,
     linear_consts_of,
     linear_projection_ops,
     linear_rates,
@@ -83,7 +84,7 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
         if a.linear is not None:
             ops.extend(linear_projection_ops(k, ma))
     i_loc = a.intermediate_size / k.layout.mlp_group
-    norm_bytes = 6 * ma * h * BF16_BYTES  # two fused add+RMSNorm: read x, residual; write both
+    norm_bytes = 3 * ma * h * BF16_BYTES  # a fused add+RMSNorm a block: read x, residual; write
     # RoPE rotates this rank's queries and keys in place (read + write each).
     k_width = (
         a.mla.qk_rope_head_dim if a.mla is not None else _kv_heads_per_gpu(a, tp) * a.head_dim
@@ -93,8 +94,9 @@ def rank_ops(k: Kernels, rank_tokens: int, tokens: int) -> list[OpCost]:
     ops.append(
         k.elementwise(
             "norms_rope_activation",
-            L * norm_bytes + La * rope_bytes + a.num_dense_mlp_layers * act_fn_bytes,
-            4 * L,
+            a.residual_blocks * norm_bytes + La * rope_bytes
+            + a.num_dense_mlp_layers * act_fn_bytes,
+            2 * a.residual_blocks,
         )
     )
     return ops
@@ -109,10 +111,11 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
         return []
     a, lay = k.arch, k.layout
     tp, dp, group = lay.tensor_parallel, lay.attention_data_parallel, lay.mlp_group
-    h, L = a.hidden_size, a.num_layers
+    h, L, Lf = a.hidden_size, a.num_layers, a.ffn_layers
     ma = rank_tokens
     ops: list[OpCost] = []
-    # Collectives around attention and the FFN. Pure TP: two all-reduces per layer; with
+    # Collectives around attention and the FFN. Pure TP: one all-reduce per residual block,
+    # two per transformer layer; with
     # expert parallelism too, since every GPU holds every token, runs its own experts on them
     # and the FFN's all-reduce sums the partial outputs (SGLang's default EP "uses All-Reduce
     # or All-Gather for token dispatch", --moe-a2a-backend none; TensorRT-LLM fuses the MoE
@@ -126,13 +129,13 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
             ops.append(
                 k.comm(
                     "tp_allreduce",
-                    2 * L * allreduce_time_s(act_bytes, tp, k.hw),
-                    2 * L * act_bytes,
+                    a.residual_blocks * allreduce_time_s(act_bytes, tp, k.hw),
+                    a.residual_blocks * act_bytes,
                 )
             )
     else:
         per_rank = ma * h * BF16_BYTES if tp > 1 else 0.0  # no all-reduce over one rank
-        gathered = L - a.num_moe_layers if lay.moe_all_to_all else L
+        gathered = Lf - a.num_moe_layers if lay.moe_all_to_all else Lf
         gather_s, gather_bytes = dp_gather(tokens * h * BF16_BYTES, dp * ma * h * BF16_BYTES,
                                            group, k.hw)
         t = L * allreduce_time_s(per_rank, tp, k.hw) + gathered * 2 * gather_s
@@ -381,9 +384,10 @@ def attention_ops(
         ops.append(roofline("dsa_indexer", idx[0], idx[1], decode_rate, decode_bw, layers,
                             k.hw.kernel_launch_overhead_s))
     lin = linear_consts_of(k)
-    if lin is not None:
+    if lin is not None and k.arch.linear is not None:
         dp = k.layout.attention_data_parallel if ranks is None else ranks
-        for name, terms in zip(("gdn_prefill", "gdn_decode"), linear_terms(lin, b, dp),
+        p = OP_PREFIX[k.arch.linear.kind]
+        for name, terms in zip((f"{p}_prefill", f"{p}_decode"), linear_terms(lin, b, dp),
                                strict=True):
             if terms is not None:
                 ops.append(roofline(name, terms[0], terms[1], *linear_rates(k), lin.layers,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.model.precision import BF16_BYTES
+from simulator.model.recurrent import LinearAttentionSpec
 
 
 class ModelError(ValueError):
@@ -55,65 +55,6 @@ class SparseAttentionSpec:
     topk: int  # keys each query attends to (index_topk: 2048 in DeepSeek-V3.2 and GLM-5)
     index_heads: int  # the indexer's query heads (index_n_heads)
     index_head_dim: int  # the indexer's head width, also its cached key's (index_head_dim)
-
-
-@dataclass(frozen=True, slots=True)
-class LinearAttentionSpec:
-    """Gated DeltaNet linear attention (Qwen3-Next, Qwen3.5): in place of a growing KV cache
-    each such layer keeps, per sequence, a fixed recurrent state of value heads x key dim x
-    value dim plus a short causal-convolution window over its q/k/v channels (Yang, Kautz and
-    Hatamizadeh, "Gated Delta Networks", ICLR 2025; HF configs' linear_* keys)."""
-
-    num_layers: int  # layers listed "linear_attention" in layer_types; the rest attend fully
-    key_heads: int  # linear_num_key_heads (q and k share them)
-    value_heads: int  # linear_num_value_heads (v, the output gate z, and the state's heads)
-    key_head_dim: int  # linear_key_head_dim
-    value_head_dim: int  # linear_value_head_dim
-    conv_kernel: int  # linear_conv_kernel_dim: the causal conv keeps kernel - 1 past inputs
-    state_bytes_per_element: int  # the recurrent state's dtype (mamba_ssm_dtype)
-
-    @property
-    def qkvz_width(self) -> int:
-        """Output width of the fused input projection: q and k (key heads), v and z."""
-        return 2 * self.key_heads * self.key_head_dim + 2 * self.value_heads * self.value_head_dim
-
-    @property
-    def ba_width(self) -> int:
-        """Output width of the small projection giving each value head its beta and decay."""
-        return 2 * self.value_heads
-
-    @property
-    def conv_channels(self) -> int:
-        """Channels of the causal convolution: q, k and v (not z)."""
-        return 2 * self.key_heads * self.key_head_dim + self.value_heads * self.value_head_dim
-
-    @property
-    def value_width(self) -> int:
-        """Width of the layer's output before out_proj: all value heads."""
-        return self.value_heads * self.value_head_dim
-
-    @property
-    def state_elements_per_head(self) -> int:
-        """One value head's recurrent state: a key dim x value dim matrix."""
-        return self.key_head_dim * self.value_head_dim
-
-    @property
-    def recurrent_state_bytes(self) -> int:
-        """One sequence's recurrent state in one layer, all value heads, in its dtype."""
-        return self.value_heads * self.state_elements_per_head * self.state_bytes_per_element
-
-    @property
-    def conv_state_bytes(self) -> float:
-        """One sequence's conv window in one layer: kernel - 1 past inputs of each channel, in
-        BF16 (the activations')."""
-        return self.conv_channels * (self.conv_kernel - 1) * BF16_BYTES
-
-    def params_per_layer(self, hidden: int) -> int:
-        """in_proj_qkvz + in_proj_ba + the depthwise conv + out_proj, plus the per-head decay
-        (A_log, dt_bias) and the gated norm's weight."""
-        projections = hidden * (self.qkvz_width + self.ba_width) + self.value_width * hidden
-        small = self.conv_channels * self.conv_kernel + 2 * self.value_heads + self.value_head_dim
-        return projections + small
 
 
 # Linear-layer groups a checkpoint may keep in BF16 while the rest takes the weight format:
@@ -164,9 +105,13 @@ class Architecture:
     # per head: under tensor parallelism each rank holds some heads, so the norm's sum of
     # squares is all-reduced across the TP group on every layer (vLLM MiniMaxText01RMSNormTP).
     qk_norm_across_heads: bool = False
-    # Hybrid models (Qwen3-Next, Qwen3.5): Gated DeltaNet layers in place of some attention
-    # layers; None when every layer attends with softmax.
+    # Hybrid models: recurrent layers (Gated DeltaNet in Qwen3-Next and Qwen3.5, Mamba-2 in
+    # Nemotron-H) in place of some attention layers; None when every layer attends with softmax.
     linear: LinearAttentionSpec | None = None
+    # FFN blocks where they stand apart from the mixers (Nemotron-H's hybrid_override_pattern
+    # "-" blocks: a mixer block, Mamba-2 or attention, and an MLP block each have their own
+    # norm and residual); None: one FFN in each of num_layers layers, as in a transformer.
+    num_ffn_blocks: int | None = None
     # A sigmoid gate on each attention head's output, projected by q_proj beside the queries
     # (Qwen3-Next/Qwen3.5 attn_output_gate: q_proj is 2 x heads x head_dim wide).
     attn_output_gate: bool = False
@@ -174,10 +119,21 @@ class Architecture:
     # --- derived counts, used by the cost model and the parameter-count tests ---
 
     @property
+    def ffn_layers(self) -> int:
+        """Layers with an FFN (dense MLP or MoE)."""
+        return self.num_layers if self.num_ffn_blocks is None else self.num_ffn_blocks
+
+    @property
+    def residual_blocks(self) -> int:
+        """Blocks behind a norm and a residual add, each ending in one TP all-reduce: a mixer
+        and an FFN per transformer layer, 2 x num_layers, or Nemotron-H's separate blocks."""
+        return self.num_layers + self.ffn_layers
+
+    @property
     def num_moe_layers(self) -> int:
         if self.moe is None:
             return 0
-        candidates = range(self.moe.first_dense_layers, self.num_layers)
+        candidates = range(self.moe.first_dense_layers, self.ffn_layers)
         return sum(
             1
             for i in candidates
@@ -186,7 +142,7 @@ class Architecture:
 
     @property
     def num_linear_layers(self) -> int:
-        """Gated DeltaNet layers (0 unless hybrid)."""
+        """Recurrent (Gated DeltaNet or Mamba-2) layers (0 unless hybrid)."""
         return 0 if self.linear is None else self.linear.num_layers
 
     @property
@@ -196,7 +152,7 @@ class Architecture:
 
     @property
     def num_dense_mlp_layers(self) -> int:
-        return self.num_layers - self.num_moe_layers
+        return self.ffn_layers - self.num_moe_layers
 
     @property
     def q_dim(self) -> int:
@@ -287,7 +243,7 @@ class Architecture:
 
     @property
     def norm_params(self) -> int:
-        return (2 * self.num_layers + 1) * self.hidden_size
+        return (self.residual_blocks + 1) * self.hidden_size
 
     @property
     def total_params(self) -> int:
@@ -358,8 +314,8 @@ class Architecture:
                 + self.hidden_size * (sp.index_head_dim + sp.index_heads))
 
     def linear_state_bytes_per_seq(self, tp: int = 1) -> float:
-        """Bytes one sequence's Gated DeltaNet state takes on one of `tp` ranks over all
-        linear layers: the recurrent state in its dtype (value heads split over TP) and the
+        """Bytes one sequence's recurrent state takes on one of `tp` ranks over all
+        recurrent layers: the recurrent state in its dtype (value heads split over TP) and the
         conv window, kernel - 1 past inputs of each channel in BF16. 0 unless hybrid."""
         if self.linear is None:
             return 0.0

@@ -3,8 +3,9 @@ Gated DeltaNet linear attention, and the layer kinds this simulator refuses to c
 
 from __future__ import annotations
 
-from simulator.model.architecture import LinearAttentionSpec, MLASpec, SparseAttentionSpec
+from simulator.model.architecture import MLASpec, SparseAttentionSpec
 from simulator.model.hf_reader import ConfigReader
+from simulator.model.recurrent import LinearAttentionSpec
 
 
 def parse_mla(c: ConfigReader) -> MLASpec | None:
@@ -48,17 +49,12 @@ _LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")
 
 def refuse_uncosted_layers(c: ConfigReader) -> None:
     """Refuse layers this simulator does not cost: MiniMax's lightning attention
-    (`attn_type_list` 0, MiniMax-Text-01/M1; M2 lists only 1), Nemotron-H's Mamba-2 layers
-    (`hybrid_override_pattern` "M"), and any `layer_types` kind but the three it knows."""
+    (`attn_type_list` 0, MiniMax-Text-01/M1; M2 lists only 1) and any `layer_types` kind but
+    the three it knows (Nemotron-H's Mamba-2 blocks are read by hf_mamba)."""
     kinds = c.raw.get("attn_type_list")
     if isinstance(kinds, list) and any(k == 0 for k in kinds):
         raise c.fail("key 'attn_type_list' marks linear-attention layers (0), which this "
                      "simulator does not cost (softmax attention only)")
-    pattern = c.opt_str("hybrid_override_pattern")
-    if pattern is not None and "M" in pattern:
-        raise c.fail("key 'hybrid_override_pattern' marks Mamba-2 layers ('M'), which this "
-                     "simulator does not cost (Gated DeltaNet hybrids and softmax attention "
-                     "only)")
     layer_types = c.opt_str_list("layer_types") or []
     unknown = sorted(set(layer_types) - set(_LAYER_KINDS))
     if unknown:

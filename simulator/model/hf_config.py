@@ -4,7 +4,8 @@ Families recognised by their keys (not only by name): Llama / Llama-2 / Mistral 
 Qwen2/Qwen3 (explicit `head_dim`), Qwen-MoE (`num_experts`, `decoder_sparse_step`,
 `mlp_only_layers`), Mixtral, gpt-oss and MiniMax-M2 (`num_local_experts`), DeepSeek-V2/V3/R1 and
 Kimi-K2 (MLA keys plus `n_routed_experts`), GLM-5 (sparse attention), Qwen3-Next and Qwen3.5
-(Gated DeltaNet hybrids: `layer_types` "linear_attention" with the linear_* keys); a multimodal
+(Gated DeltaNet hybrids: `layer_types` "linear_attention" with the linear_* keys), Nemotron-H
+(Mamba-2 hybrids: `hybrid_override_pattern` or `layers_block_type`, hf_mamba); a multimodal
 wrapper's `text_config` (Kimi-K2.5, Qwen3.5) is read as the decoder. Any other decoder that
 carries the standard keys parses as a dense model.
 
@@ -25,6 +26,7 @@ from simulator.model.hf_attention import (
     parse_sparse,
     refuse_uncosted_layers,
 )
+from simulator.model.hf_mamba import parse_blocks, parse_mamba
 from simulator.model.hf_reader import ConfigReader
 from simulator.model.quant_modules import bf16_modules
 
@@ -180,6 +182,9 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
     model_type = _model_type(c)
 
     num_layers = c.int_("num_hidden_layers")
+    blocks = parse_blocks(c)  # Nemotron-H: mixer and MLP blocks apart
+    if blocks is not None:
+        num_layers = blocks.mixers
     hidden = c.int_("hidden_size")
     heads = c.int_("num_attention_heads")
     kv_heads = c.opt_int("num_key_value_heads", heads, minimum=1)
@@ -203,8 +208,8 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
     if mla is not None:
         # The width of one query/key head (nope + rope part); values use v_head_dim.
         head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
-    elif c.has("head_dim"):
-        head_dim = c.int_("head_dim")
+    elif c.has("head_dim") or c.has("attention_head_dim"):  # Nemotron-H: attention_head_dim
+        head_dim = c.int_("head_dim" if c.has("head_dim") else "attention_head_dim")
     else:
         if hidden % heads != 0:
             raise c.fail(
@@ -213,7 +218,8 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
             )
         head_dim = hidden // heads
 
-    hidden_act = (c.opt_str("hidden_act") or c.opt_str("activation_function") or "silu").lower()
+    hidden_act = (c.opt_str("hidden_act") or c.opt_str("mlp_hidden_act")  # Nemotron-H: relu2
+                  or c.opt_str("activation_function") or "silu").lower()
     gated = model_type in _GATED_MODEL_TYPES or hidden_act in _GATED_ACTIVATIONS
     attention_bias = c.opt_bool("attention_bias", model_type in _QKV_BIAS_MODEL_TYPES)
     refuse_uncosted_layers(c)
@@ -245,8 +251,9 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         sparse=parse_sparse(c),
         qk_norm_across_heads=(c.opt_bool("use_qk_norm", False)
                               and c.opt_str("qk_norm_type") == "per_layer"),
-        linear=parse_linear(c, num_layers),
+        linear=parse_linear(c, num_layers) if blocks is None else parse_mamba(c, blocks),
         attn_output_gate=c.opt_bool("attn_output_gate", False),
+        num_ffn_blocks=None if blocks is None else blocks.mlp,
     )
     if intermediate == 0 and arch.num_dense_mlp_layers:
         raise c.fail(f"missing required key {ffn_key!r} (the width of its "

@@ -204,7 +204,9 @@ def _build_engine(
         style = style.eager()
     if arch.linear is not None:
         style = style.for_hybrid(speculative=dep.speculative is not None)
-    style = style.with_layers(arch.num_layers / layout.pipeline_parallel)
+    # Per-layer host dispatch counts transformer-layer equivalents: two residual blocks each
+    # (Nemotron-H's mixer and MLP blocks stand apart; 2 x num_layers elsewhere).
+    style = style.with_layers(arch.residual_blocks / 2 / layout.pipeline_parallel)
     budget = memory_budget(
         arch,
         hw,
