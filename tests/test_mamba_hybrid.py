@@ -1,7 +1,7 @@
-"""Nemotron-H, a Mamba-2 hybrid (issue 36): the catalog entry's sizes, the state a sequence
-keeps, the recurrence's FLOPs and bytes by hand, the KV a hybrid saves against a dense model,
-the collectives of blocks that stand apart, `explain`, a simulation, and bad configs refused
-in one line."""
+"""Nemotron-H, a Mamba-2 hybrid (issue 36), and Nemotron-3 Nano, its MoE variant: the catalog
+entries' sizes, the state a sequence keeps, the recurrence's FLOPs and bytes by hand, the KV a
+hybrid saves against a dense model, the collectives of blocks that stand apart, `explain`, a
+simulation, and bad configs refused in one line."""
 
 from __future__ import annotations
 
@@ -120,9 +120,11 @@ def test_explain_shows_the_block_kinds(capsys: pytest.CaptureFixture[str]) -> No
     assert "set aside for recurrent states, 25.9 MB a sequence" in out
 
 
-def test_simulate_a_small_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("model", ["nemotron-h-8b", "nemotron-3-nano-30b-a3b"])
+def test_simulate_a_small_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                   model: str) -> None:
     doc = {
-        "schema_version": 1, "name": "nemotron-h on h100", "model": "nemotron-h-8b",
+        "schema_version": 1, "name": f"{model} on h100", "model": model,
         "hardware": {"gpu": "h100-sxm", "gpus_per_node": 8, "nodes": 1},
         "deployment": {"tensor_parallel": 1, "engine": "vllm"},
         "workload": {"arrival": {"kind": "closed_loop", "concurrency": 8},
@@ -151,7 +153,8 @@ def test_layers_block_type_reads_as_the_pattern() -> None:
 @pytest.mark.parametrize(("changes", "needle"), [
     ({"hybrid_override_pattern": "M-X*" * 13}, "has 'X', not a block kind"),
     ({"hybrid_override_pattern": "M-M*"}, "lists 4 blocks but 'num_hidden_layers' is 52"),
-    ({"hybrid_override_pattern": "ME" * 26}, "MoE blocks"),
+    ({"hybrid_override_pattern": "ME*-" * 13}, "has MoE blocks but the config sets no "
+                                              "'n_routed_experts'"),
     ({"hybrid_override_pattern": "M-" * 26}, "no attention block"),
     ({"layers_block_type": ["mamba", "ssm"], "hybrid_override_pattern": None},
      "lists 'ssm', not a block kind"),
@@ -167,3 +170,50 @@ def test_bad_nemotron_configs_are_refused_in_one_line(tmp_path: Path, changes: d
     with pytest.raises(ModelError) as err:
         load_architecture(str(path))
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+NANO = load_architecture("nemotron-3-nano-30b-a3b")
+
+
+def test_nemotron3_nano_sizes_by_hand() -> None:
+    """52 blocks: 23 Mamba-2, 6 attention, 23 MoE. A Mamba-2 layer: in_proj 2688 x (2 x 64 x 64
+    + 2 x 8 x 128 + 64 = 10,304, the in_proj width published configs list) = 27,697,152,
+    out_proj 4096 x 2688 = 11,010,048, conv 6,144 x 4 + 6,144 bias, 3 x 64, norm 4,096:
+    38,742,208. Attention 2 x 2688 x 4096 + 2 x 2688 x 256 = 23,396,352. An MoE block: 128
+    relu2 experts of 2 x 2688 x 1856 = 1,277,165,568, the shared expert 2 x 2688 x 3712 =
+    19,955,712, the router 2688 x 128. Embeddings and head 2 x 131072 x 2688, 53 norms:
+    31,577,937,344, the 31.6B of its model card. Active: 6 of 128 experts, 3.58B."""
+    assert NANO.linear is not None and NANO.linear.num_layers == 23
+    assert (NANO.softmax_attention_layers, NANO.num_moe_layers, NANO.num_dense_mlp_layers) == \
+        (6, 23, 0)
+    assert NANO.moe is not None and not NANO.gated_mlp
+    assert NANO.linear.in_proj_width == 10_304
+    assert NANO.linear.params_per_layer(2688) == 38_742_208
+    assert NANO.attention_params_per_layer == 23_396_352
+    assert NANO.shared_expert_params_per_layer == 19_955_712
+    assert NANO.total_params == (23 * 38_742_208 + 6 * 23_396_352
+                                 + 23 * (1_277_165_568 + 19_955_712 + 344_064)
+                                 + 2 * 131072 * 2688 + 53 * 2688) == 31_577_937_344
+    assert NANO.active_params == 31_577_937_344 - 23 * 122 * 9_977_856
+
+
+def test_nemotron3_state_is_fp32_as_its_config_says() -> None:
+    """23 x (64 heads x 64 x 128 x 4 bytes + 6,144 channels x 3 x 2) = 49,082,368 bytes."""
+    assert NANO.linear_state_bytes_per_seq() == 23 * (2_097_152 + 36_864) == 49_082_368
+
+
+def test_explain_lists_moe_blocks(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["explain", "nemotron-3-nano-30b-a3b", "--gpu", "h200-sxm",
+                              "--decode-batch", "8", "--context", "2048"], capsys)
+    assert code == 0, err
+    assert "layers: 6 full attention, 23 Mamba-2, 23 MoE blocks" in out
+    assert "moe_experts_up_gate" in out and "mamba_decode" in out
+
+
+def test_latent_moe_is_refused_in_one_line(tmp_path: Path) -> None:
+    raw = json.loads((CATALOG_DIR / "nemotron-3-nano-30b-a3b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**raw, "moe_latent_size": 1024}))
+    with pytest.raises(ModelError, match="latent MoE") as err:
+        load_architecture(str(path))
+    assert "\n" not in str(err.value)

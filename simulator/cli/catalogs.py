@@ -11,6 +11,11 @@ from simulator.units import table
 _RECURRENT_NAMES = {"gated_deltanet": "GDN", "mamba2": "Mamba-2"}
 
 
+
+def _ffn_blocks(mlp: int, moe: int) -> str:
+    """Nemotron-H's FFN blocks beside its mixers, as the models table lists them."""
+    return "".join(f", {n} {what} blocks" for n, what in ((mlp, "MLP"), (moe, "MoE")) if n)
+
 @click.group()
 def hardware() -> None:
     """GPU hardware profiles."""
@@ -97,7 +102,8 @@ def models_list(as_json: bool) -> None:
         recurrent = None if a.linear is None else a.linear.kind
         extra = (" DSA" if a.sparse else "") + (
             f" + {a.num_linear_layers} {_RECURRENT_NAMES[recurrent]} layers" if recurrent
-            else "") + ("" if a.num_ffn_blocks is None else f", {a.num_ffn_blocks} MLP blocks")
+            else "") + ("" if a.num_ffn_blocks is None else _ffn_blocks(a.num_dense_mlp_layers,
+                                                                     a.num_moe_layers))
         data.append(
             {
                 "name": name,
@@ -110,7 +116,7 @@ def models_list(as_json: bool) -> None:
                 "sparse_attention": a.sparse is not None,
                 "linear_attention_layers": a.num_linear_layers,
                 "recurrent_layer_kind": recurrent,
-                "mlp_blocks": a.num_ffn_blocks,
+                "ffn_blocks": a.num_ffn_blocks,
             }
         )
         rows.append(

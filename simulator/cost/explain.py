@@ -208,13 +208,13 @@ class Explanation:
 
 
 # Layer kinds whose words are not their key with spaces.
-_KIND_WORDS = {"mamba2": "Mamba-2", "mlp_blocks": "MLP blocks"}
+_KIND_WORDS = {"mamba2": "Mamba-2", "mlp_blocks": "MLP blocks", "moe_blocks": "MoE blocks"}
 
 
 def layer_kinds(arch: Architecture) -> dict[str, int]:
     """How many layers attend fully, within a window (or a sparse model's top-k), or by a
-    recurrence (a hybrid's Gated DeltaNet linear attention or Mamba-2), and how many MLP
-    blocks stand apart from the mixers (Nemotron-H)."""
+    recurrence (a hybrid's Gated DeltaNet linear attention or Mamba-2), and how many MLP and
+    MoE blocks stand apart from the mixers (Nemotron-H)."""
     windowed = arch.windowed_attention_layers
     kind = "sparse_attention" if arch.sparse is not None else "sliding_attention"
     recurrent = "mamba2" if arch.linear is not None and arch.linear.is_mamba2 else \
@@ -222,7 +222,8 @@ def layer_kinds(arch: Architecture) -> dict[str, int]:
     kinds = {"full_attention": arch.softmax_attention_layers - windowed, kind: windowed,
              recurrent: arch.num_linear_layers}
     if arch.num_ffn_blocks is not None:
-        kinds["mlp_blocks"] = arch.num_ffn_blocks
+        kinds["mlp_blocks"] = arch.num_dense_mlp_layers
+        kinds["moe_blocks"] = arch.num_moe_layers
     return kinds
 
 

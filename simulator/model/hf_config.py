@@ -26,7 +26,7 @@ from simulator.model.hf_attention import (
     parse_sparse,
     refuse_uncosted_layers,
 )
-from simulator.model.hf_mamba import parse_blocks, parse_mamba
+from simulator.model.hf_mamba import HybridBlocks, parse_blocks, parse_mamba
 from simulator.model.hf_reader import ConfigReader
 from simulator.model.quant_modules import bf16_modules
 
@@ -110,8 +110,11 @@ def _layer_pattern(
     return first, interval
 
 
-def _parse_moe(c: ConfigReader, num_layers: int, intermediate: int) -> MoESpec | None:
-    if c.has("n_routed_experts"):  # DeepSeek-V2/V3/R1
+def _parse_moe(c: ConfigReader, num_layers: int, intermediate: int,
+               blocks: HybridBlocks | None = None) -> MoESpec | None:
+    """The MoE shape; `num_layers` (the FFN layers) spans the MoE pattern: a Nemotron-H
+    config's FFN blocks (`blocks`) are placed by its block list instead."""
+    if c.has("n_routed_experts"):  # DeepSeek-V2/V3/R1, Nemotron-3
         num_experts = c.int_("n_routed_experts", minimum=0)
         if num_experts == 0:
             return None
@@ -122,6 +125,9 @@ def _parse_moe(c: ConfigReader, num_layers: int, intermediate: int) -> MoESpec |
         freq = c.opt_int("moe_layer_freq", 1, minimum=1)
         layers = [i for i in range(num_layers) if i >= first_k and i % freq == 0]
         pattern_keys = "'first_k_dense_replace'/'moe_layer_freq'"
+        if blocks is not None:  # Nemotron-3: "E" blocks among the FFN blocks
+            layers, num_layers = blocks.moe_blocks, len(blocks.ffn_kinds)
+            pattern_keys = "the hybrid pattern's FFN blocks"
         kinds = c.raw.get("mlp_layer_types")  # transformers' newer form ("dense"/"sparse")
         if isinstance(kinds, list):
             if len(kinds) != num_layers or not set(kinds) <= {"dense", "sparse"}:
@@ -129,7 +135,8 @@ def _parse_moe(c: ConfigReader, num_layers: int, intermediate: int) -> MoESpec |
                              f"the {num_layers} layers")
             layers = [i for i, kind in enumerate(kinds) if kind == "sparse"]
             pattern_keys = "'mlp_layer_types'"
-        shared_size = expert_size
+        # Nemotron-3 names its shared expert's width; DeepSeek's equals a routed expert's.
+        shared_size = c.opt_int("moe_shared_expert_intermediate_size", expert_size)
     elif c.has("num_local_experts"):  # Mixtral, gpt-oss, MiniMax-M1/M2
         num_experts = c.int_("num_local_experts", minimum=0)
         if num_experts == 0:
@@ -241,7 +248,7 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
         sliding_window=window,
         num_sliding_layers=n_sliding,
         max_position_embeddings=max_pos,
-        moe=_parse_moe(c, num_layers, intermediate),
+        moe=_parse_moe(c, num_layers, intermediate, blocks),
         mla=mla,
         attention_sinks=model_type == "gpt_oss",
         # DeepSeek names its MTP modules num_nextn_predict_layers, Qwen3.5 mtp_num_hidden_layers.
@@ -253,7 +260,7 @@ def parse_hf_config(raw: Mapping[str, Any], name: str) -> Architecture:
                               and c.opt_str("qk_norm_type") == "per_layer"),
         linear=parse_linear(c, num_layers) if blocks is None else parse_mamba(c, blocks),
         attn_output_gate=c.opt_bool("attn_output_gate", False),
-        num_ffn_blocks=None if blocks is None else blocks.mlp,
+        num_ffn_blocks=None if blocks is None else len(blocks.ffn_kinds),
     )
     if intermediate == 0 and arch.num_dense_mlp_layers:
         raise c.fail(f"missing required key {ffn_key!r} (the width of its "

@@ -4,7 +4,9 @@ and the shape of its Mamba-2 layers.
 A Nemotron-H config lists one block per `num_hidden_layers`, each a Mamba-2 mixer, an
 attention mixer or an MLP, by `hybrid_override_pattern` ("M", "*", "-"; vLLM
 transformers_utils/configs/nemotron_h.py) or, in transformers' newer form, `layers_block_type`
-("mamba", "attention", "mlp"). Nemotron-3's MoE blocks ("E", "moe") are refused in one line.
+("mamba", "attention", "mlp"), and Nemotron-3's MoE blocks ("E", "moe": the model's routed
+experts, read by hf_config as any DeepSeek-style MoE). Nemotron-3 Super's latent MoE
+(`moe_latent_size`: tokens projected down before the experts) is refused in one line.
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ class HybridBlocks:
 
     mamba: int
     attention: int
-    mlp: int
+    ffn_kinds: tuple[str, ...]  # "mlp" or "moe", in order: the FFN blocks
 
     @property
     def mixers(self) -> int:
         """Mixer blocks (Mamba-2 and attention): the Architecture's num_layers."""
         return self.mamba + self.attention
+
+    @property
+    def moe_blocks(self) -> list[int]:
+        """Indices, among the FFN blocks, of the MoE ones."""
+        return [i for i, kind in enumerate(self.ffn_kinds) if kind == "moe"]
 
 
 def _block_kinds(c: ConfigReader) -> tuple[str, list[str]] | None:
@@ -69,9 +76,15 @@ def parse_blocks(c: ConfigReader) -> HybridBlocks | None:
     if len(kinds) != n:
         raise c.fail(f"key {key!r} lists {len(kinds)} blocks but 'num_hidden_layers' is {n}")
     if "moe" in kinds:
-        raise c.fail(f"key {key!r} has MoE blocks (Nemotron-3's E), which this simulator does "
-                     "not cost yet (Mamba-2, attention and MLP blocks only)")
-    blocks = HybridBlocks(kinds.count("mamba"), kinds.count("attention"), kinds.count("mlp"))
+        if not c.has("n_routed_experts"):
+            raise c.fail(f"key {key!r} has MoE blocks but the config sets no "
+                         "'n_routed_experts'")
+        if c.has("moe_latent_size"):
+            raise c.fail("key 'moe_latent_size' asks for a latent MoE (Nemotron-3 Super: "
+                         "tokens projected down before the experts), which this simulator "
+                         "does not cost yet")
+    ffn = tuple(k for k in kinds if k in ("mlp", "moe"))
+    blocks = HybridBlocks(kinds.count("mamba"), kinds.count("attention"), ffn)
     if blocks.attention == 0:
         raise c.fail(f"key {key!r} has no attention block; a model without a KV cache is "
                      "not costed (at least one '*' or 'attention')")
