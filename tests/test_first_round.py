@@ -78,20 +78,26 @@ def test_simulated_run_takes_the_burst_for_its_first_round(tmp_path: Path) -> No
     fe = loaded.engine.style.front_end
     ttft = later["first_token_s"] - later["arrival_s"] + later["front_end_s"] + fe.first_chunk_s
     burst = burst_ttft_s(m.scenario, 8)
-    by_hand = (ttft.sum() + burst.sum()) / (ttft.size + burst.size)
+    # The burst stands for the engine's closed_loop_burst_rounds rounds (vLLM: 2.4), the
+    # later rounds' mean for the rest: (k sum(burst) + (n - 8 k) mean(later)) / n.
+    k = loaded.engine.style.closed_loop_burst_rounds
+    n = ttft.size + burst.size
+    by_hand = (k * burst.sum() + (n - k * burst.size) * ttft.mean()) / n
     assert predicted["ttft.mean"] == pytest.approx(by_hand * 1e3, rel=1e-9)
-    assert with_first_round(ttft, burst) == pytest.approx(by_hand, rel=1e-12)
+    assert with_first_round(ttft, burst, k) == pytest.approx(by_hand, rel=1e-12)
+    one_round = (ttft.sum() + burst.sum()) / n
+    assert with_first_round(ttft, burst) == pytest.approx(one_round, rel=1e-12)
 
 
 @pytest.mark.parametrize(("concurrency", "isl"),
                          [("8", "1024"), ("32", "1024"), ("128", "1024"), ("16", "8192")])
 def test_closed_form_first_wave_agrees_with_the_simulated_burst(
         tmp_path: Path, concurrency: str, isl: str) -> None:
-    # The estimate weighs a first wave of C requests, each waiting half the wave's prefill on
-    # top of its own unqueued TTFT, against the run's 21 C; the burst simulated as a run of
-    # its own lands within 10 % of it (two implementations of one queue: 0.93-0.99 of the
-    # simulated burst here; the larger of the steady TTFT and the half wave, the form before,
-    # gave 0.75-0.91).
+    # The estimate weighs a first wave of C requests (for k rounds), each waiting half the
+    # wave's prefill on top of its own unqueued TTFT, against the run's 21 C; the burst
+    # simulated as a run of its own lands within 10 % of it (two implementations of one
+    # queue: 0.93-0.99 of the simulated burst here; the larger of the steady TTFT and the
+    # half wave, the form before, gave 0.75-0.91).
     m = _mapped(tmp_path, concurrency=concurrency, batch_size=concurrency, isl=isl)
     s = m.scenario
     c, n = int(concurrency), s["workload"]["num_requests"]
@@ -99,7 +105,9 @@ def test_closed_form_first_wave_agrees_with_the_simulated_burst(
     long_run = copy.deepcopy(s)
     long_run["workload"]["num_requests"] = n * 100  # a first wave of 1/2100: the steady TTFT
     steady = simulator.estimate(simulator.load_scenario(long_run)).ttft_mean_s
-    first_wave_est = (est * n - steady * (n - c)) / c
+    # The wave weighs k rounds (the style's closed_loop_burst_rounds: identical requests).
+    k = simulator.load_scenario(s).engine.style.closed_loop_burst_rounds  # type: ignore[union-attr]
+    first_wave_est = (est * n - steady * (n - k * c)) / (k * c)
     burst = burst_ttft_s(s, c).mean()
     assert first_wave_est == pytest.approx(burst, rel=0.10)
     assert burst > 2 * steady  # and the wave is no small correction

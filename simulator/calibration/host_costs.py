@@ -1,8 +1,8 @@
 """A calibration overlay's engine-style values applied to a scenario: each engine type (the
 deployment, or each P/D pool) that sets no `overhead` of its own gets its engine style's fitted
-per-step and per-sequence cost, per-request latency and all-reduce per-peer latency, as
-scenario overrides. One rule for `simulate`, `estimate`, `sweep` and `lesson` under
-`--calibration`."""
+per-step and per-sequence cost, per-request latency, all-reduce per-peer latency and the rounds a
+closed loop's start-up burst lasts, as scenario overrides. One rule for `simulate`, `estimate`,
+`sweep` and `lesson` under `--calibration`."""
 
 from __future__ import annotations
 
@@ -19,13 +19,20 @@ HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us", "request_latency_us")
 # launch included.
 COMM_KEY = "allreduce_latency_per_peer_us"
 COMM_BOUNDS_US = (0.0, 10.0)
+# How many rounds of a closed loop the start-up burst's queue sets TTFT for in an engine
+# (`--fit burst`, docs/closed-loops.md), a count of rounds: 1 (the first round only) to 20
+# (every round of the calibration file's 20-round runs).
+BURST_KEY = "closed_loop_burst_rounds"
+BURST_BOUNDS = (1.0, 20.0)
 # Every engine-style key an overlay may set (what host_costs collects).
-STYLE_KEYS = (*HOST_KEYS, COMM_KEY)
-HostCosts = Mapping[str, Mapping[str, float]]  # engine style -> {key of STYLE_KEYS: us}
+STYLE_KEYS = (*HOST_KEYS, COMM_KEY, BURST_KEY)
+# engine style -> {key of STYLE_KEYS: its value (microseconds; BURST_KEY in rounds)}
+HostCosts = Mapping[str, Mapping[str, float]]
 
 
 def host_costs(overlay: CalibrationOverlay) -> dict[str, dict[str, float]]:
-    """Engine style -> the host costs (microseconds) the overlay fits for it."""
+    """Engine style -> the host costs (microseconds; burst rounds in rounds) the overlay fits
+    for it."""
     out: dict[str, dict[str, float]] = {}
     for v in overlay.values:
         t = v.target
@@ -56,6 +63,8 @@ def overhead_overrides(scenario: Any, costs: HostCosts) -> list[tuple[str, float
         if COMM_KEY in fitted:
             out.append((f"{prefix}.overhead.allreduce_latency_per_peer_s",
                         fitted[COMM_KEY] * 1e-6))
+        if BURST_KEY in fitted:
+            out.append((f"{prefix}.overhead.burst_rounds", fitted[BURST_KEY]))
     return out
 
 

@@ -50,13 +50,16 @@ def _signed(v: float | None) -> str:
               metavar="KINDS",
               help="What to fit, comma-separated. host: each engine style's cpu_step_us and "
               "cpu_per_seq_us. latency: each engine style's request_latency_us (a delay per "
-              "request on the way to the engine that holds no queue; TTFT sees it). gpu: per "
+              "request on the way to the engine that holds no queue; TTFT sees it). burst: "
+              "each engine style's closed_loop_burst_rounds, the rounds of a closed loop whose "
+              "TTFT its start-up burst's queue sets (1-20; TTFT sees it). gpu: per "
               "GPU profile, the streaming fraction (gemm_classes.<class>.hbm_fraction) of "
               "each GEMM kernel class that at least 20 runs of 3 configurations run through, "
               "within [0.2, 0.95] of HBM peak; decode TPOT sees it. comm: each engine style's "
               "allreduce_latency_per_peer_us, what each GPU beyond two adds to a small "
               "all-reduce's latency with its kernels (0-10 us); decode TPOT sees it. Host "
-              "costs and latencies are fitted first, on every run; the others then fit only "
+              "costs, latencies and burst rounds are fitted first, on every run; the others "
+              "then fit only "
               "what they leave on TPOT. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="Cross-validation folds (grouped by configuration).")

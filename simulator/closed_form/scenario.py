@@ -206,7 +206,8 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     tpot50, tpot99 = side_tpot_s(dec, traffic)
     if isinstance(a, ClosedLoopArrival | OfflineArrival) and population is not None:
         ttft_mean, ttft_p99 = _first_wave_ttft_s(sides_in, population, n_req, ttft_mean,
-                                                 ttft_p99, ttft_mean - queue_mean)
+                                                 ttft_p99, ttft_mean - queue_mean,
+                                                 _burst_rounds(scenario, engine))
     if not stable and population is None and rate > 0:
         cap_total, base, growth = _backlog_s(sides, n_req, rate, cap_total)
         ttft_mean, ttft_p99 = base + growth / 2, base + 0.99 * growth
@@ -322,12 +323,25 @@ def _prefill_wait_s(load: Loaded, side: Side, traffic: Traffic, count: int, cv2:
     return q_mean, q_p99
 
 
+def _burst_rounds(scenario: Scenario, engine: Engine) -> float:
+    """Rounds the start-up burst's TTFT holds for: the style's closed_loop_burst_rounds (of
+    the pool where the burst queues) for identical requests, whose arrivals stay a train as
+    long as the engine keeps them so; 1 where lengths are drawn, since requests finishing at
+    different times break the train up within a round (docs/closed-loops.md)."""
+    wl = scenario.workload
+    identical = all(getattr(spec, "kind", None) == "fixed"
+                    for spec in (wl.input_tokens, wl.output_tokens))
+    return (engine.prefill_pool or engine).style.closed_loop_burst_rounds if identical else 1.0
+
+
 def _first_wave_ttft_s(sides_in: list[SideIn], population: float, n_req: int,
-                       ttft_mean: float, ttft_p99: float, unqueued_s: float
-                       ) -> tuple[float, float]:
+                       ttft_mean: float, ttft_p99: float, unqueued_s: float,
+                       rounds: float = 1.0) -> tuple[float, float]:
     """(mean, p99) TTFT with the start-up burst: everyone arrives at once, so the last of the
     first wave waits for all their prompts to be prefilled (`unqueued_s`: a request's TTFT
-    without the steady state's queue, what the wave's waits come on top of)."""
+    without the steady state's queue, what the wave's waits come on top of). The wave's TTFT
+    holds for `rounds` rounds (the engine style's closed_loop_burst_rounds: how long the
+    train of arrivals the burst leaves persists; docs/closed-loops.md)."""
     first = min(population, n_req)
     burst = first / sides_in[0][2]
     unit0, t0, _ = sides_in[0]
@@ -342,7 +356,7 @@ def _first_wave_ttft_s(sides_in: list[SideIn], population: float, n_req: int,
     # (the burst simulated as a run of its own agrees: tests/test_first_round.py), and none
     # of the steady state's queue; the rest of the run sees the steady state. The run's mean
     # weighs the two by their counts.
-    share = first / n_req
+    share = min(1.0, rounds * first / n_req)
     ttft_mean = (1 - share) * ttft_mean + share * max(ttft_mean, unqueued_s + wave / 2)
     return ttft_mean, ttft_p99
 

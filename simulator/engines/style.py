@@ -71,6 +71,12 @@ class _StyleFile(BaseModel):
     # collective's latency (cost/comm.py), replacing the GPU profile's
     # efficiency.allreduce_latency_per_peer_us. None: the profile's.
     allreduce_latency_per_peer_us: Annotated[float, Field(ge=0, le=1000)] | None = None
+    # Rounds of a closed loop of identical requests whose TTFT the start-up burst's queue sets
+    # (docs/closed-loops.md): the train of arrivals the burst leaves persists about this many
+    # rounds in the engine before it disperses (1: the first round only, then steady state).
+    # Read by the closed-form estimate's first wave and by the measured-run mapping's
+    # simulated burst; fitted to measured runs (`frontier calibrate --fit burst`).
+    closed_loop_burst_rounds: Annotated[float, Field(ge=1, le=20)] = 1.0
     tokenize_per_input_token_us: Annotated[float, Field(ge=0)] | None = None
     first_chunk_emit_us: Annotated[float, Field(ge=0)] | None = None
     # The front end is one process that ingests and tokenizes requests one at a time, so a
@@ -246,6 +252,8 @@ class EngineStyle:
     # Per GPU beyond two on a small collective's latency (the engine's all-reduce kernels);
     # None: the GPU profile's value.
     allreduce_latency_per_peer_s: float | None = None
+    # Rounds the start-up burst of a closed loop stands for (see _StyleFile).
+    closed_loop_burst_rounds: float = 1.0
 
     def host_time_s(self, num_seqs: int) -> float:
         return self.cpu_step_s + self.cpu_per_seq_s * num_seqs
@@ -275,6 +283,12 @@ class EngineStyle:
             front_end=(self.front_end if request_latency_s is None
                        else replace(self.front_end, latency_s=request_latency_s)),
         )
+
+    def with_burst_rounds(self, rounds: float | None) -> EngineStyle:
+        """This style with its closed loops' start-up burst standing for `rounds` rounds
+        (a scenario's `deployment.overhead.burst_rounds`, a calibration's fitted value);
+        unchanged for None."""
+        return self if rounds is None else replace(self, closed_loop_burst_rounds=rounds)
 
     def eager(self) -> EngineStyle:
         """This style run without CUDA graphs: each layer's kernels launched from Python, so a

@@ -144,9 +144,10 @@ class Scheduler(_Strict):
 
 
 class Overhead(_Strict):
-    """The engine's costs outside the GPU profile: per-step host time, per-request latency and
-    its all-reduce kernels' per-peer latency; each key given overrides the chosen engine
-    style's value (one left out keeps it)."""
+    """The engine's costs outside the GPU profile: per-step host time, per-request latency, its
+    all-reduce kernels' per-peer latency and how many rounds a closed loop's start-up burst
+    lasts in it; each key given overrides the chosen engine style's value (one left out keeps
+    it)."""
 
     # Host (CPU) time per engine step, seconds.
     step_s: Annotated[float, Field(ge=0)] | None = None
@@ -158,6 +159,10 @@ class Overhead(_Strict):
     # What each GPU beyond two adds to a small all-reduce's latency with this engine's
     # kernels, seconds (cost/comm.py; replaces the style's and the GPU profile's value).
     allreduce_latency_per_peer_s: Annotated[float, Field(ge=0, le=1e-3)] | None = None
+    # Rounds of a closed loop whose TTFT its start-up burst's queue sets, as this engine
+    # disperses the train of arrivals the burst leaves (replaces the style's
+    # closed_loop_burst_rounds; docs/closed-loops.md).
+    burst_rounds: Annotated[float, Field(ge=1, le=20)] | None = None
 
 
 class MoeRouting(_Strict):

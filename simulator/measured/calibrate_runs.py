@@ -1,7 +1,8 @@
 """Measured runs as a calibration problem: each run's mean TTFT and mean TPOT are
 observations; the free parameters are, with `host`, each engine style's two host costs
 (`cpu_step_us`, `cpu_per_seq_us`), with `latency` its request latency (`request_latency_us`,
-the delay on the way to the engine that holds no queue) and, with `gpu`, the streaming
+the delay on the way to the engine that holds no queue), with `burst` the rounds its closed
+loops' start-up burst sets TTFT for (`closed_loop_burst_rounds`) and, with `gpu`, the streaming
 fractions of the GEMM kernel classes each GPU's runs go through (calibration/gpu_factors.py);
 the predictor is the closed-form estimate with every run's host cost set from its style's
 values (as `deployment.overhead` would) and its GPU profile rebuilt with the GPU values (as
@@ -26,7 +27,13 @@ import numpy as np
 
 from simulator.calibration.build import RowSource
 from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, streaming_keys
-from simulator.calibration.host_costs import COMM_KEY, HOST_KEYS, STYLE_KEYS
+from simulator.calibration.host_costs import (
+    BURST_BOUNDS,
+    BURST_KEY,
+    COMM_KEY,
+    HOST_KEYS,
+    STYLE_KEYS,
+)
 from simulator.calibration.params import (
     FloatArray,
     FreeParameter,
@@ -225,7 +232,8 @@ def _restyled(engine: Any, values: Mapping[str, float]) -> Any:
         return replace(e, style=e.style.with_host_cost(
             None if step_us is None else step_us * 1e-6,
             None if per_seq_us is None else per_seq_us * 1e-6,
-            None if latency_us is None else latency_us * 1e-6))
+            None if latency_us is None else latency_us * 1e-6).with_burst_rounds(
+                values.get(f"{name}.{BURST_KEY}")))
 
     out = one(engine)
     if engine.prefill_pool is not None:
@@ -295,7 +303,19 @@ def host_parameters(styles: Sequence[str], cpu: bool = True,
     return tuple(out)
 
 
-FIT_KINDS = ("host", "latency", "gpu", "comm")
+def burst_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
+    """Each style's closed_loop_burst_rounds from the shipped value, within BURST_BOUNDS on a
+    linear scale (1, the first round alone, is a value it may take)."""
+    from simulator.engines.style import load_engine_styles
+
+    shipped = load_engine_styles()
+    return tuple(
+        FreeParameter(f"{name}.{BURST_KEY}", Target("engine_style", name, BURST_KEY),
+                      shipped[name].closed_loop_burst_rounds, *BURST_BOUNDS, scale="linear")
+        for name in sorted(set(styles)))
+
+
+FIT_KINDS = ("host", "latency", "burst", "gpu", "comm")
 GUESSED = "P/D worker counts not recorded"
 # A run whose layout is in doubt (scenario.LAYOUT_IN_DOUBT) is counted under this reason.
 IN_DOUBT = {WORKERS_GUESSED: GUESSED,
@@ -337,6 +357,8 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
             progress.step()
     styles = sorted({s for p in prepared for s in p.styles})
     params = host_parameters(styles, "host" in fit, "latency" in fit)
+    if "burst" in fit:
+        params += burst_parameters(styles)
     if "comm" in fit:
         params += comm_parameters(styles)
     if "gpu" in fit:

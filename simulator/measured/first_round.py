@@ -80,8 +80,14 @@ def burst_ttft_s(scenario: dict[str, Any], clients: int, profiles: Any = None,
     return ttft
 
 
-def with_first_round(later_ttft_s: npt.NDArray[np.float64], burst_s: npt.NDArray[np.float64]
-                     ) -> float:
-    """Mean TTFT of the measured requests: the burst's for the first round, the later rounds'
-    for the rest."""
-    return float((later_ttft_s.sum() + burst_s.sum()) / (later_ttft_s.size + burst_s.size))
+def with_first_round(later_ttft_s: npt.NDArray[np.float64], burst_s: npt.NDArray[np.float64],
+                     rounds: float = 1.0) -> float:
+    """Mean TTFT of the measured requests: the burst's for the first `rounds` rounds (the
+    engine style's closed_loop_burst_rounds: the train of arrivals the burst leaves persists
+    that long; at most every round), the later rounds' mean for the rest."""
+    n = later_ttft_s.size + burst_s.size
+    if rounds == 1.0:  # every request once (the sum kept as it is summed, to the bit)
+        return float((later_ttft_s.sum() + burst_s.sum()) / n)
+    weight = min(float(rounds), n / burst_s.size) if burst_s.size else 0.0
+    later_mean = float(later_ttft_s.mean()) if later_ttft_s.size else 0.0
+    return float((weight * burst_s.sum() + (n - weight * burst_s.size) * later_mean) / n)

@@ -242,7 +242,8 @@ def _build_engine(
         )
     if dep.overhead is not None:
         style = style.with_host_cost(dep.overhead.step_s, dep.overhead.per_seq_s,
-                                     dep.overhead.request_latency_s)
+                                     dep.overhead.request_latency_s).with_burst_rounds(
+            dep.overhead.burst_rounds)
     cfg = SchedulerConfig(
         max_seqs,
         s.max_num_batched_tokens,
