@@ -12,13 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from click.testing import CliRunner
 
 import simulator
-from simulator.cli.app import cli
 from simulator.errors import InputError
 from simulator.measured.first_round import with_first_round
-from tests.test_calibrate import _row, truth_file
+from tests.test_calibrate import _row, fit_one_kind
 
 KEY = "closed_loop_burst_rounds"
 PARAM = f"vllm.{KEY}"
@@ -82,12 +80,7 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rows = [_row(i, "llama-3.1-8b", 1, conc, isl, osl) for i, (isl, osl, conc) in enumerate(
         (isl, osl, conc) for isl in (1024, 4096) for osl in (128, 512)
         for conc in (4, 8, 16, 32, 64))]
-    truth = truth_file(folder, rows, {PARAM: TRUE_ROUNDS}, ("burst",), {PARAM: 2.4})
-    out = folder / "cal.yaml"
-    res = CliRunner().invoke(cli, ["calibrate", str(truth), "--out", str(out), "--folds", "2",
-                                   "--fit", "burst", "--workers", "1", "--confirm", "0"])
-    assert res.exit_code == 0, res.output
-    return out
+    return fit_one_kind(folder, rows, PARAM, TRUE_ROUNDS, "burst", 2.4)
 
 
 def test_calibrate_fit_burst_recovers_the_rounds(overlay: Path) -> None:

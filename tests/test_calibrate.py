@@ -89,6 +89,19 @@ def truth_file(folder: Path, rows: list[dict[str, str]], truth: dict[str, float]
     return path
 
 
+def fit_one_kind(folder: Path, rows: list[dict[str, str]], param: str, true_value: float,
+                 kind: str, shipped: float) -> Path:
+    """folder/cal.yaml: `frontier calibrate --fit KIND` (2 folds, one worker, no confirmation)
+    on figures the estimate gives with `param` at `true_value` (its prior checked to be the
+    shipped value first)."""
+    truth = truth_file(folder, rows, {param: true_value}, (kind,), {param: shipped})
+    out = folder / "cal.yaml"
+    res = CliRunner().invoke(cli, ["calibrate", str(truth), "--out", str(out), "--folds", "2",
+                                   "--fit", kind, "--workers", "1", "--confirm", "0"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
 @pytest.fixture(scope="module")
 def overlay_path(truth_csv: Path) -> Path:
     out = truth_csv.parent / "cal.yaml"

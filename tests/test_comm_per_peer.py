@@ -11,11 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from simulator.calibration.fit import fit
 from simulator.calibration.params import FreeParameter, Observation, ObservationSet, Target
-from simulator.cli.app import cli
 from simulator.cost.comm import (
     PER_PEER_GROUP_MAX,
     allgather_time_s,
@@ -23,7 +21,7 @@ from simulator.cost.comm import (
     scale_up_latency_s,
 )
 from simulator.hardware.profile import load_hardware
-from tests.test_calibrate import _row, truth_file
+from tests.test_calibrate import _row, fit_one_kind
 
 COMM_KEY = "efficiency.allreduce_latency_per_peer_us"
 STYLE_KEY = "allreduce_latency_per_peer_us"
@@ -92,13 +90,7 @@ def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("calcomm")
     rows = [_comm_row(i, tp, conc, isl) for i, (tp, isl, conc) in enumerate(
         (tp, isl, conc) for tp in (4, 8) for isl in (512, 2048) for conc in (1, 4, 16, 32, 64))]
-    truth = truth_file(folder, rows, {PARAM: TRUE_US}, ("comm",),
-                       {PARAM: round(_shipped_us(), 9)})
-    out = folder / "cal.yaml"
-    res = CliRunner().invoke(cli, ["calibrate", str(truth), "--out", str(out), "--folds", "2",
-                                   "--fit", "comm", "--workers", "1", "--confirm", "0"])
-    assert res.exit_code == 0, res.output
-    return out
+    return fit_one_kind(folder, rows, PARAM, TRUE_US, "comm", round(_shipped_us(), 9))
 
 
 def test_calibrate_fit_comm_recovers_the_engines_per_peer_latency(overlay: Path) -> None:

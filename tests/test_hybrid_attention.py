@@ -145,8 +145,13 @@ def _config(**changes: object) -> dict[str, object]:
 ])
 def test_bad_hybrid_configs_are_refused_in_one_line(tmp_path: Path, changes: dict[str, object],
                                                     needle: str) -> None:
+    refused_in_one_line(tmp_path, _config(**changes), needle)
+
+
+def refused_in_one_line(tmp_path: Path, config: dict[str, object], needle: str) -> None:
+    """The config, written as a user's config.json, is refused with one line naming `needle`."""
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(_config(**changes)))
+    path.write_text(json.dumps(config))
     with pytest.raises(ModelError) as err:
         load_architecture(str(path))
     assert needle in str(err.value) and "\n" not in str(err.value)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from simulator.calibration.overlay import CalibrationOverlay
+from simulator.engines.style import BURST_ROUNDS_RANGE
 
 HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us", "request_latency_us")
 # An engine style's all-reduce kernels (`--fit comm`): what each GPU beyond two adds to a small
@@ -20,10 +21,9 @@ HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us", "request_latency_us")
 COMM_KEY = "allreduce_latency_per_peer_us"
 COMM_BOUNDS_US = (0.0, 10.0)
 # How many rounds of a closed loop the start-up burst's queue sets TTFT for in an engine
-# (`--fit burst`, docs/closed-loops.md), a count of rounds: 1 (the first round only) to 20
-# (every round of the calibration file's 20-round runs).
+# (`--fit burst`, docs/closed-loops.md), a count of rounds within the style's own range.
 BURST_KEY = "closed_loop_burst_rounds"
-BURST_BOUNDS = (1.0, 20.0)
+BURST_BOUNDS = BURST_ROUNDS_RANGE
 # Every engine-style key an overlay may set (what host_costs collects).
 STYLE_KEYS = (*HOST_KEYS, COMM_KEY, BURST_KEY)
 # engine style -> {key of STYLE_KEYS: its value (microseconds; BURST_KEY in rounds)}

@@ -59,8 +59,7 @@ def _signed(v: float | None) -> str:
               "allreduce_latency_per_peer_us, what each GPU beyond two adds to a small "
               "all-reduce's latency with its kernels (0-10 us); decode TPOT sees it. Host "
               "costs, latencies and burst rounds are fitted first, on every run; the others "
-              "then fit only "
-              "what they leave on TPOT. Example: --fit host,gpu.")
+              "then fit only what they leave on TPOT. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
               help="Cross-validation folds (grouped by configuration).")
 @click.option("--seed", type=int, default=0, show_default=True,

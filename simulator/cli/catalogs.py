@@ -5,16 +5,17 @@ from __future__ import annotations
 import click
 
 from simulator.cli.common import dump
+from simulator.model.recurrent import GATED_DELTANET, MAMBA2
 from simulator.units import table
 
 # How the models table names each kind of recurrent layer.
-_RECURRENT_NAMES = {"gated_deltanet": "GDN", "mamba2": "Mamba-2"}
-
+_RECURRENT_NAMES = {GATED_DELTANET: "GDN", MAMBA2: "Mamba-2"}
 
 
 def _ffn_blocks(mlp: int, moe: int) -> str:
     """Nemotron-H's FFN blocks beside its mixers, as the models table lists them."""
     return "".join(f", {n} {what} blocks" for n, what in ((mlp, "MLP"), (moe, "MoE")) if n)
+
 
 @click.group()
 def hardware() -> None:

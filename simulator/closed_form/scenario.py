@@ -207,7 +207,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     if isinstance(a, ClosedLoopArrival | OfflineArrival) and population is not None:
         ttft_mean, ttft_p99 = _first_wave_ttft_s(sides_in, population, n_req, ttft_mean,
                                                  ttft_p99, ttft_mean - queue_mean,
-                                                 _burst_rounds(scenario, engine))
+                                                 engine.burst_rounds(scenario.workload))
     if not stable and population is None and rate > 0:
         cap_total, base, growth = _backlog_s(sides, n_req, rate, cap_total)
         ttft_mean, ttft_p99 = base + growth / 2, base + 0.99 * growth
@@ -321,17 +321,6 @@ def _prefill_wait_s(load: Loaded, side: Side, traffic: Traffic, count: int, cv2:
         whole_s = n_req / count / side.cap_per_s
         q_mean, q_p99 = min(q_mean, whole_s / 2), min(q_p99, whole_s)
     return q_mean, q_p99
-
-
-def _burst_rounds(scenario: Scenario, engine: Engine) -> float:
-    """Rounds the start-up burst's TTFT holds for: the style's closed_loop_burst_rounds (of
-    the pool where the burst queues) for identical requests, whose arrivals stay a train as
-    long as the engine keeps them so; 1 where lengths are drawn, since requests finishing at
-    different times break the train up within a round (docs/closed-loops.md)."""
-    wl = scenario.workload
-    identical = all(getattr(spec, "kind", None) == "fixed"
-                    for spec in (wl.input_tokens, wl.output_tokens))
-    return (engine.prefill_pool or engine).style.closed_loop_burst_rounds if identical else 1.0
 
 
 def _first_wave_ttft_s(sides_in: list[SideIn], population: float, n_req: int,

@@ -35,17 +35,17 @@ from simulator.cost.kernels import Kernels
 from simulator.cost.ops import OpCost
 from simulator.cost.shape import BatchShape
 from simulator.model.precision import BF16_BYTES, FP32_BYTES
-from simulator.model.recurrent import LinearAttentionSpec
+from simulator.model.recurrent import GATED_DELTANET, MAMBA2, LinearAttentionSpec
 
 # FLOPs of one recurrent (decode) token per value head, in units of key dim x value dim: GDN's
 # decay, S k, rank-one update and S^T q; Mamba-2's decay, outer product and read-out (module
 # docstring).
-DECODE_STATE_PASSES = {"gated_deltanet": 7, "mamba2": 5}
+DECODE_STATE_PASSES = {GATED_DELTANET: 7, MAMBA2: 5}
 # Bytes per element of the per-chunk states the chunkwise prefill writes and reads back: BF16
 # in flash-linear-attention's GDN kernels, FP32 in the Mamba-2 SSD kernels (module docstring).
-CHUNK_STATE_BYTES = {"gated_deltanet": BF16_BYTES, "mamba2": FP32_BYTES}
+CHUNK_STATE_BYTES = {GATED_DELTANET: BF16_BYTES, MAMBA2: FP32_BYTES}
 # Operator-name prefix of each kind's rows (explain's tables).
-OP_PREFIX = {"gated_deltanet": "gdn", "mamba2": "mamba"}
+OP_PREFIX = {GATED_DELTANET: "gdn", MAMBA2: "mamba"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,7 @@ class LinearConsts:
     chunk_state_bytes_per_token: float  # the per-chunk states written and read back
     state_bytes_per_seq: float  # one sequence's recurrent state, one layer, on this GPU
     layers: int
+    op_prefix: str  # the kind's operator-name prefix (OP_PREFIX)
 
 
 def prefill_flops_per_token(lin: LinearAttentionSpec, tp: int) -> float:
@@ -84,6 +85,7 @@ def linear_consts(lin: LinearAttentionSpec, tp: int) -> LinearConsts:
         chunk_state_bytes_per_token=2 * state * CHUNK_STATE_BYTES[lin.kind] / c,
         state_bytes_per_seq=lin.recurrent_state_bytes / tp,
         layers=lin.num_layers,
+        op_prefix=OP_PREFIX[lin.kind],
     )
 
 

@@ -19,7 +19,6 @@ from simulator.cost.comm import (
 from simulator.cost.kernels import Kernels
 from simulator.cost.layout import kv_heads_per_gpu as _kv_heads_per_gpu
 from simulator.cost.linear_attention import (
-    OP_PREFIX,
     linear_consts_of,
     linear_projection_ops,
     linear_rates,
@@ -114,12 +113,12 @@ def group_ops(k: Kernels, tokens: int, rank_tokens: int) -> list[OpCost]:
     h, L, Lf = a.hidden_size, a.num_layers, a.ffn_layers
     ma = rank_tokens
     ops: list[OpCost] = []
-    # Collectives around attention and the FFN. Pure TP: one all-reduce per residual block,
-    # two per transformer layer; with
-    # expert parallelism too, since every GPU holds every token, runs its own experts on them
-    # and the FFN's all-reduce sums the partial outputs (SGLang's default EP "uses All-Reduce
-    # or All-Gather for token dispatch", --moe-a2a-backend none; TensorRT-LLM fuses the MoE
-    # finalize into that all-reduce, flashinfer trtllm_moe_finalize_allreduce_fusion).
+    # Collectives around attention and the FFN. Pure TP: one all-reduce per residual block
+    # (two per transformer layer); with expert parallelism too, since every GPU holds every
+    # token, runs its own experts on them and the FFN's all-reduce sums the partial outputs
+    # (SGLang's default EP "uses All-Reduce or All-Gather for token dispatch",
+    # --moe-a2a-backend none; TensorRT-LLM fuses the MoE finalize into that all-reduce,
+    # flashinfer trtllm_moe_finalize_allreduce_fusion).
     # Attention-DP: all-reduce inside each TP group, then the FFN group gathers every
     # rank's tokens and scatters them back (SGLang-style DP attention), except on MoE layers
     # that dispatch all-to-all instead (ffn_ops).
@@ -384,9 +383,9 @@ def attention_ops(
         ops.append(roofline("dsa_indexer", idx[0], idx[1], decode_rate, decode_bw, layers,
                             k.hw.kernel_launch_overhead_s))
     lin = linear_consts_of(k)
-    if lin is not None and k.arch.linear is not None:
+    if lin is not None:
         dp = k.layout.attention_data_parallel if ranks is None else ranks
-        p = OP_PREFIX[k.arch.linear.kind]
+        p = lin.op_prefix
         for name, terms in zip((f"{p}_prefill", f"{p}_decode"), linear_terms(lin, b, dp),
                                strict=True):
             if terms is not None:

@@ -31,6 +31,9 @@ from simulator.hardware.provenance import Provenance, check_keys, schema_paths
 from simulator.yamlsafe import safe_load_bounded
 
 STYLES_PATH = Path(__file__).parent / "engine_styles.yaml"
+# The rounds a closed loop's start-up burst may set TTFT for (closed_loop_burst_rounds): from the
+# first round alone to the 20 measured rounds of the calibration file's runs.
+BURST_ROUNDS_RANGE = (1.0, 20.0)
 
 
 class _StyleFile(BaseModel):
@@ -76,7 +79,8 @@ class _StyleFile(BaseModel):
     # rounds in the engine before it disperses (1: the first round only, then steady state).
     # Read by the closed-form estimate's first wave and by the measured-run mapping's
     # simulated burst; fitted to measured runs (`frontier calibrate --fit burst`).
-    closed_loop_burst_rounds: Annotated[float, Field(ge=1, le=20)] = 1.0
+    closed_loop_burst_rounds: Annotated[float, Field(ge=BURST_ROUNDS_RANGE[0],
+                                                     le=BURST_ROUNDS_RANGE[1])] = 1.0
     tokenize_per_input_token_us: Annotated[float, Field(ge=0)] | None = None
     first_chunk_emit_us: Annotated[float, Field(ge=0)] | None = None
     # The front end is one process that ingests and tokenizes requests one at a time, so a

@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from simulator.engines.style import release_number
+from simulator.engines.style import BURST_ROUNDS_RANGE, release_number
 from simulator.inputs.common import (
     WEIGHT_ONLY_FORMATS,
     HardwareConfig,
@@ -162,7 +162,8 @@ class Overhead(_Strict):
     # Rounds of a closed loop whose TTFT its start-up burst's queue sets, as this engine
     # disperses the train of arrivals the burst leaves (replaces the style's
     # closed_loop_burst_rounds; docs/closed-loops.md).
-    burst_rounds: Annotated[float, Field(ge=1, le=20)] | None = None
+    burst_rounds: Annotated[float, Field(ge=BURST_ROUNDS_RANGE[0],
+                                         le=BURST_ROUNDS_RANGE[1])] | None = None
 
 
 class MoeRouting(_Strict):

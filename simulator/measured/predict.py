@@ -154,8 +154,7 @@ def _window(mapped: Mapped, loaded: Any, result: Any, burst: Any = None
         later = result.requests[warmup + burst.size:]
         later = later[(later["drop_reason"] == 0) & np.isfinite(later["finish_s"])]
         ttft = client_ttft_s(later, _front_end(loaded))
-        engine = loaded.engine
-        rounds = (engine.prefill_pool or engine).style.closed_loop_burst_rounds
+        rounds = loaded.engine.burst_rounds(loaded.scenario.workload)
         summary = {**summary, "ttft_s": {**summary["ttft_s"],
                                          "mean": with_first_round(ttft, burst, rounds)}}
     out: dict[str, float] = {}

@@ -43,6 +43,15 @@ _STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Where a hybrid config names no state dtype: FP32, the dtype Qwen3.5's configs declare and
 # the Gated DeltaNet kernels accumulate the state in.
 DEFAULT_STATE_DTYPE = "float32"
+def state_dtype_bytes(c: ConfigReader, key: str, default: str) -> int:
+    """Bytes per element of a recurrent state whose dtype the config names by `key` (an HF
+    dtype name; `default` where it names none); one line for a dtype not in the table."""
+    dtype = c.opt_str(key) or default
+    if dtype not in _STATE_DTYPE_BYTES:
+        raise c.fail(f"key {key!r} is {dtype!r} (valid: {', '.join(_STATE_DTYPE_BYTES)})")
+    return _STATE_DTYPE_BYTES[dtype]
+
+
 # Per-layer attention kinds a `layer_types` list may name.
 _LAYER_KINDS = ("full_attention", "sliding_attention", "linear_attention")
 
@@ -72,10 +81,6 @@ def parse_linear(c: ConfigReader, num_layers: int) -> LinearAttentionSpec | None
     if "sliding_attention" in layer_types:
         raise c.fail("key 'layer_types' mixes 'linear_attention' with 'sliding_attention' "
                      "layers, which are not costed together")
-    dtype = c.opt_str("mamba_ssm_dtype") or DEFAULT_STATE_DTYPE
-    if dtype not in _STATE_DTYPE_BYTES:
-        raise c.fail(f"key 'mamba_ssm_dtype' is {dtype!r} (valid: "
-                     f"{', '.join(_STATE_DTYPE_BYTES)})")
     key_heads = c.int_("linear_num_key_heads")
     value_heads = c.int_("linear_num_value_heads")
     if value_heads % key_heads != 0:
@@ -88,7 +93,7 @@ def parse_linear(c: ConfigReader, num_layers: int) -> LinearAttentionSpec | None
         key_head_dim=c.int_("linear_key_head_dim"),
         value_head_dim=c.int_("linear_value_head_dim"),
         conv_kernel=c.int_("linear_conv_kernel_dim"),
-        state_bytes_per_element=_STATE_DTYPE_BYTES[dtype],
+        state_bytes_per_element=state_dtype_bytes(c, "mamba_ssm_dtype", DEFAULT_STATE_DTYPE),
     )
 
 

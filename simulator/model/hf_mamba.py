@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.model.hf_attention import state_dtype_bytes
 from simulator.model.hf_reader import ConfigReader
 from simulator.model.recurrent import MAMBA2, LinearAttentionSpec
 
 # Block kind of each pattern character.
 _PATTERN_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
-_BLOCK_KINDS = ("mamba", "attention", "mlp", "moe")
-# The recurrent state's dtype by its HF name (mamba_ssm_cache_dtype), in bytes per element.
-_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+_BLOCK_KINDS = tuple(_PATTERN_KINDS.values())
 # Without mamba_ssm_cache_dtype the state takes the model's dtype (vLLM's cache default
 # "auto"; Nemotron-H checkpoints are BF16). Newer Nemotron configs declare "float32".
 DEFAULT_MAMBA_STATE_DTYPE = "bfloat16"
@@ -112,10 +111,6 @@ def parse_mamba(c: ConfigReader, blocks: HybridBlocks) -> LinearAttentionSpec | 
     groups = _first_int(c, ("n_groups", "mamba_n_groups"))
     if heads % groups != 0:
         raise c.fail(f"'mamba_num_heads' ({heads}) is not a multiple of 'n_groups' ({groups})")
-    dtype = c.opt_str("mamba_ssm_cache_dtype") or DEFAULT_MAMBA_STATE_DTYPE
-    if dtype not in _STATE_DTYPE_BYTES:
-        raise c.fail(f"key 'mamba_ssm_cache_dtype' is {dtype!r} (valid: "
-                     f"{', '.join(_STATE_DTYPE_BYTES)})")
     return LinearAttentionSpec(
         num_layers=blocks.mamba,
         key_heads=groups,
@@ -123,7 +118,8 @@ def parse_mamba(c: ConfigReader, blocks: HybridBlocks) -> LinearAttentionSpec | 
         key_head_dim=_first_int(c, ("ssm_state_size", "mamba_d_state")),
         value_head_dim=c.int_("mamba_head_dim"),
         conv_kernel=_first_int(c, ("conv_kernel", "mamba_d_conv")),
-        state_bytes_per_element=_STATE_DTYPE_BYTES[dtype],
+        state_bytes_per_element=state_dtype_bytes(c, "mamba_ssm_cache_dtype",
+                                                  DEFAULT_MAMBA_STATE_DTYPE),
         kind=MAMBA2,
         chunk_tokens=_first_int(c, ("chunk_size", "mamba_chunk_size"), DEFAULT_CHUNK_TOKENS),
     )

@@ -24,6 +24,7 @@ from simulator.inputs.deployment import (
     WorkerPool,
 )
 from simulator.inputs.scenario import Scenario
+from simulator.inputs.workload import Workload
 from simulator.model.architecture import ATTENTION_GROUPS, Architecture
 from simulator.model.load import load_architecture
 from simulator.serving.disaggregated import PoolSpec
@@ -58,6 +59,16 @@ class Engine:
     def replica_model(self) -> StepModel | SpeculativeStepModel:
         """What a replica costs its steps with: the target alone, or target plus drafter."""
         return self.speculative.model if self.speculative is not None else self.step_model
+
+    def burst_rounds(self, workload: Workload) -> float:
+        """Rounds a closed loop's start-up burst sets TTFT for: the style's
+        closed_loop_burst_rounds, of the pool where the burst queues (the prefill pool of a
+        P/D deployment), for identical requests, whose arrivals stay a train as long as the
+        engine keeps them so; 1 where lengths are drawn, since requests finishing at
+        different times break the train up within a round (docs/closed-loops.md)."""
+        identical = all(getattr(spec, "kind", None) == "fixed"
+                        for spec in (workload.input_tokens, workload.output_tokens))
+        return (self.prefill_pool or self).style.closed_loop_burst_rounds if identical else 1.0
 
 
 def _resolve_model(name: str, base_dir: Path | None) -> str:
