@@ -335,9 +335,9 @@ def _first_wave_ttft_s(sides_in: list[SideIn], population: float, n_req: int,
     burst = first / sides_in[0][2]
     unit0, t0, _ = sides_in[0]
     per_s = capacity(unit0, t0)[0]
-    prefill_rate = unit0.budget_tokens / max(
-        unit0.step_s(0.0, float(unit0.budget_tokens), max(1.0, unit0.budget_tokens
-                                                          / t0.input_mean), 0.0), 1e-12)
+    per_step = unit0.burst_tokens_per_step(t0.input_mean)
+    prefill_rate = per_step / max(
+        unit0.step_s(0.0, per_step, max(1.0, per_step / t0.input_mean), 0.0), 1e-12)
     wave = burst * t0.input_mean / prefill_rate
     if first / n_req >= 0.01:
         ttft_p99 = max(ttft_p99, wave + per_s.decode_step_s)

@@ -65,12 +65,26 @@ class Unit:
     # Attention-DP: a step in which one rank carries the prompt chunk and the others decode
     # (the ranks step together); None: as step_s costs it (one rank).
     chunk_on_one_rank_s: StepFn | None = None
+    # New prompts a step takes past its first, SGLang's --max-prefill-tokens (decodes counted
+    # when mixed; serving/admission.py): None where only the token budget limits them.
+    max_prefill_tokens: int | None = None
 
     def chunk_step_s(self, decode: float, prefill: float, prefill_seqs: float,
                      offset: float) -> float:
         """A step carrying one chunk on one rank (of lockstep_ranks), the others decoding."""
         step = self.chunk_on_one_rank_s or self.step_s
         return step(decode, prefill, prefill_seqs, offset)
+
+    def burst_tokens_per_step(self, input_tokens: float) -> float:
+        """Prompt tokens one step of a burst of identical prompts takes: the token budget, or
+        under a max_prefill_tokens cap the whole prompts that fit it (at least one, chunked
+        to the budget), as serving/admission.py admits them."""
+        budget = float(self.budget_tokens)
+        cap = self.max_prefill_tokens
+        if cap is None or input_tokens >= budget:
+            return budget
+        whole = max(1.0, math.floor(cap / max(input_tokens, 1.0)))
+        return min(budget, whole * input_tokens)
 
     @property
     def fed_per_decoder(self) -> int:

@@ -119,5 +119,6 @@ def make_unit(
         first_token_from_prefill,
         cfg.state_blocks * cfg.block_size,
         step.chunk_on_one_rank if ranks > 1 else None,
+        cfg.max_prefill_tokens,
     )
     return unit, ranks * slots

@@ -31,12 +31,13 @@ def identical(traffic: Traffic) -> bool:
 
 
 def burst_steps(unit: Unit, traffic: Traffic, prompts: float) -> int:
-    """Full token-budget steps that prefill `prompts` prompts together."""
-    return max(1, math.ceil(prompts * traffic.input_mean / unit.budget_tokens))
+    """Full steps (Unit.burst_tokens_per_step) that prefill `prompts` prompts together."""
+    per_step = unit.burst_tokens_per_step(traffic.input_mean)
+    return max(1, math.ceil(prompts * traffic.input_mean / per_step))
 
 
 def burst_s(unit: Unit, traffic: Traffic, prompts: float) -> float:
-    """Prefill of `prompts` prompts together, in steps of the full token budget."""
+    """Prefill of `prompts` prompts together, in full steps (burst_steps)."""
     tokens = prompts * traffic.input_mean
     steps = burst_steps(unit, traffic, prompts)
     return steps * unit.step_s(0.0, tokens / steps, prompts / steps, 0.0)
