@@ -65,8 +65,9 @@ class Unit:
     # Attention-DP: a step in which one rank carries the prompt chunk and the others decode
     # (the ranks step together); None: as step_s costs it (one rank).
     chunk_on_one_rank_s: StepFn | None = None
-    # New prompts a step takes past its first, SGLang's --max-prefill-tokens (decodes counted
-    # when mixed; serving/admission.py): None where only the token budget limits them.
+    # SGLang's --max-prefill-tokens: past a step's first prompt, another enters only if it fits
+    # what is left of this cap (serving/admission.py, which also counts a mixed step's
+    # decodes); None where only the token budget limits a step's prompts.
     max_prefill_tokens: int | None = None
 
     def chunk_step_s(self, decode: float, prefill: float, prefill_seqs: float,
@@ -78,7 +79,8 @@ class Unit:
     def burst_tokens_per_step(self, input_tokens: float) -> float:
         """Prompt tokens one step of a burst of identical prompts takes: the token budget, or
         under a max_prefill_tokens cap the whole prompts that fit it (at least one, chunked
-        to the budget), as serving/admission.py admits them."""
+        to the budget), as serving/admission.py admits them; a burst's steps carry no
+        decoders yet, so none are taken off the cap."""
         budget = float(self.budget_tokens)
         cap = self.max_prefill_tokens
         if cap is None or input_tokens >= budget:
