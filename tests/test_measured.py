@@ -4,6 +4,7 @@ exit status 2, and a small end-to-end scoring with the closed-form estimate."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 from pathlib import Path
@@ -13,6 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import simulator
 from simulator.cli.app import main
 from simulator.measured.detect import detect_format, read_measurements
 from simulator.measured.scenario import LAYOUT_CONTRADICTED, WORKERS_GUESSED, map_run
@@ -385,3 +387,31 @@ def test_calibration_leaves_out_pd_rows_without_worker_counts(tmp_path: Path) ->
     problem = build_problem([map_run(r, None) for r in runs])
     assert problem.refused[GUESSED] == 1
     assert [m.run.run_id for m in problem.used] == ["dense", "pd"]
+
+
+def test_trtllm_fp8_rows_run_an_fp8_kv_cache(tmp_path: Path) -> None:
+    """TensorRT-LLM serves FP8 from pre-quantized checkpoints, written with an FP8 KV cache
+    (scenario.py TRTLLM_FP8_KV); vLLM may quantize a BF16 checkpoint at load, so its stays
+    BF16. The measured row behind it: Llama-3.1-70B FP8, TP 2 on B200, 128 x (1024 + 8192)
+    tokens, TTFT 367 ms (calibration file, 2025-10-29), no admission queue. TensorRT-LLM
+    reserves whole sequences: 128 x 9216 = 1,179,648 tokens x 163,840 B a token a GPU in BF16
+    (80 layers x 8 KV heads x 128 x K and V x 2 B / 2 GPUs) = 193 GB > the device's 192 GB,
+    so only the FP8 cache (97 GB) holds every client at once."""
+    trt = {**DENSE, "backend": "trtllm", "backend_version": "1.2.0rc2", "model": "llama-3.1-70b",
+           "gpu": "b200", "precision": "fp8", "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8",
+           "isl": "1024", "osl": "8192", "concurrency": "128", "batch_size": "128",
+           "tp_size": "2", "moe_tp_size": "2"}
+    vllm = {**trt, "backend": "vllm", "backend_version": "0.12.0"}
+    runs = read_measurements([write_csv(tmp_path / "r.csv", [trt, vllm])])
+    m_trt, m_vllm = (map_run(r, None) for r in runs)
+    assert m_trt.scenario is not None and m_vllm.scenario is not None
+    assert m_trt.scenario["deployment"]["precision"]["kv_cache"] == "fp8"
+    assert m_vllm.scenario["deployment"]["precision"]["kv_cache"] == "bf16"
+    assert any("TensorRT-LLM FP8 rows" in d for d in m_trt.defaults)
+    est = simulator.estimate(simulator.load_scenario(m_trt.scenario))
+    assert est.limit == "max_num_seqs" and est.batch == pytest.approx(128, abs=0.5)
+    bf16 = copy.deepcopy(m_trt.scenario)
+    bf16["deployment"]["precision"]["kv_cache"] = "bf16"
+    held = simulator.estimate(simulator.load_scenario(bf16))
+    assert held.limit == "kv_cache" and held.batch < 100
+

@@ -3,7 +3,7 @@ errors per (GPU, engine, mode) group with every cause on, and overall with one c
 off at a time (REPORT.md's measured-runs section, `frontier validate --write-report`).
 
 A switch goes through the path the model itself uses: a mapped run's scenario (the token
-budgets the benchmark deployed with, the KV-cache format of NVIDIA's NVFP4 checkpoints), its
+budgets the benchmark deployed with, the KV-cache format of pre-quantized checkpoints), its
 GPU profile (the MXFP4 MoE kernels' token tile) or its engine (MiniMax-M2's q/k norm, the
 request latency). Scored with the estimate, which the calibration iterates on; the
 simulation's figures are accuracy.yaml's.
@@ -103,8 +103,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("b1", "the benchmark generator's token budgets",
           "every pool at max(8192, batch) tokens per step, no prefill cap",
           scenario=_old_budgets),
-    Cause("b2", "NVFP4 checkpoints' FP8 KV cache", "NVFP4 rows keep a BF16 KV cache",
-          scenario=_bf16_kv),
+    Cause("b2", "FP8 KV cache of NVFP4 checkpoints and TensorRT-LLM's FP8 ones",
+          "those rows keep a BF16 KV cache", scenario=_bf16_kv),
     Cause("b3", "MXFP4 MoE kernels' token tile (Blackwell)",
           "MXFP4 experts pad to the chip's 64-row tile", hardware=_no_token_tile),
     Cause("b4", "MiniMax-M2's q/k norm over all heads (TP all-reduce)",

@@ -66,6 +66,20 @@ KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activati
 # Llama-3.1-70B NVFP4 on one B200 at 64 x (1024 + 8192) tokens ran with a 241 ms TTFT, which
 # fits only with an FP8 KV cache (BF16 would need 193 GB of KV).
 NVFP4_CHECKPOINT_KV = "fp8"
+# TensorRT-LLM's FP8 rows run an FP8 KV cache too. Its PyTorch backend serves FP8 from
+# pre-quantized checkpoints (TensorRT-LLM docs, features/quantization "Running Pre-quantized
+# Models"), and NVIDIA's Model Optimizer writes them with an FP8 KV cache unless told otherwise
+# (TensorRT-Model-Optimizer examples/llm_ptq/hf_ptq.py: --kv_cache_qformat default "fp8");
+# AIConfigurator, whose generator deployed these runs, also infers an FP8 KV cache for fp8 and
+# fp8_block checkpoints (sdk models _infer_quant_modes_from_raw_config at 095f58a51) and writes
+# it as kv_cache_config.dtype (generator/module_bridge.py). Evidence in the file: Llama-3.1-70B
+# FP8 on two B200 at 128 x (1024 + 8192) tokens ran with a 367 ms TTFT; TensorRT-LLM reserves
+# the whole sequence at admission, and a BF16 cache would need 128 x 9216 tokens x 163,840 B
+# (80 layers x 8 KV heads x 128 x 2 x 2 B over 2 GPUs) = 193 GB a GPU, more than the device's
+# 178.4 GiB = 192 GB before its 35 GB of weights. vLLM and SGLang can quantize a
+# BF16 checkpoint when they load it, whose `auto` KV dtype stays BF16, and their rows do not
+# tell the two apart (vLLM Llama-3.1-70B: three rows each way), so they keep KV_CACHE_DEFAULT.
+TRTLLM_FP8_KV = "fp8"
 
 
 class Unsupported(Exception):
@@ -211,6 +225,10 @@ def _precision(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
         kv = NVFP4_CHECKPOINT_KV
         _declare(defaults, f"kv_cache {kv} on NVFP4 rows: NVIDIA's ModelOpt NVFP4 checkpoints "
                            "declare an FP8 KV cache, which the engines' auto KV dtype follows")
+    elif weights == "fp8" and run.engine == "trtllm":
+        kv = TRTLLM_FP8_KV
+        _declare(defaults, f"kv_cache {kv} on TensorRT-LLM FP8 rows: it serves pre-quantized "
+                           "checkpoints, which Model Optimizer writes with an FP8 KV cache")
     else:
         _declare(defaults, f"kv_cache {KV_CACHE_DEFAULT} (KV-cache format not recorded)")
     return {"weights": weights, "activations": activations, "kv_cache": kv}
