@@ -415,3 +415,30 @@ def test_trtllm_fp8_rows_run_an_fp8_kv_cache(tmp_path: Path) -> None:
     held = simulator.estimate(simulator.load_scenario(bf16))
     assert held.limit == "kv_cache" and held.batch < 100
 
+
+def test_batch_times_tp_equal_to_concurrency_is_attention_dp_over_the_tp_ranks(
+        tmp_path: Path) -> None:
+    """attention_dp_size blank, batch_size (per attention-DP rank) 5 x tp_size 8 = 40 clients:
+    the layout the file writes as tp 1, adp 8 where it records it (scenario.py
+    ATTENTION_DP_INFERRED). Measured (TensorRT-LLM 1.3.0rc1, DeepSeek-R1 NVFP4 on 8 B200,
+    4000/1000 tokens): TTFT 0.86 s, so the 40 clients ran at once, not 5 at a time. A row whose
+    batch holds every client, or whose product is not the concurrency, keeps adp 1."""
+    base = {**AGG_DP8, "backend": "trtllm", "backend_version": "1.3.0rc1", "model": "deepseek-r1",
+            "isl": "4000", "osl": "1000", "concurrency": "40", "batch_size": "5", "tp_size": "8",
+            "attention_dp_size": "", "moe_tp_size": "1", "moe_ep_size": "8"}
+    whole = {**base, "batch_size": "40"}
+    other = {**base, "batch_size": "4"}  # 4 x 8 = 32 != 40
+    runs = read_measurements([write_csv(tmp_path / "r.csv", [base, whole, other])])
+    deps = [map_run(r, None).scenario["deployment"] for r in runs]  # type: ignore[index]
+    layout = [(d["tensor_parallel"], d["attention_data_parallel"], d["expert_parallel"],
+               d["scheduler"]["max_num_seqs"]) for d in deps]
+    assert layout == [(1, 8, 8, 5), (8, 1, 8, 40), (8, 1, 8, 4)]
+    assert any("attention DP over the TP ranks" in d for d in map_run(runs[0], None).defaults)
+    est = simulator.estimate(simulator.load_scenario(
+        map_run(runs[0], None).scenario))  # type: ignore[arg-type]
+    # 5 a rank on 8 ranks: every client runs, none waits a whole request for a slot (a TP 8
+    # rank of 5 would hold 35 clients back for 1000 decode steps)
+    assert est.batch == pytest.approx(5, rel=0.02) and est.ttft_mean_s < 2.0
+    tp8 = simulator.estimate(simulator.load_scenario(
+        map_run(runs[2], None).scenario))  # type: ignore[arg-type]
+    assert tp8.ttft_mean_s > 10.0

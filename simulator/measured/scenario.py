@@ -80,6 +80,14 @@ NVFP4_CHECKPOINT_KV = "fp8"
 # BF16 checkpoint when they load it, whose `auto` KV dtype stays BF16, and their rows do not
 # tell the two apart (vLLM Llama-3.1-70B: three rows each way), so they keep KV_CACHE_DEFAULT.
 TRTLLM_FP8_KV = "fp8"
+# A row without attention_dp_size whose batch_size (per attention-DP rank) times tp_size is
+# exactly its concurrency, and below it, ran attention DP over its TP ranks: every recorded
+# TensorRT-LLM attention-DP row of the file is written tp 1, adp N with concurrency = batch x N,
+# and these ten (DeepSeek-R1/V3 on B200/GB200, gpt-oss-120b on H100; TensorRT-LLM 1.3.0rc1 and
+# rc5, 4000/1000 tokens) were measured at 0.35-1.6 s TTFT, which one rank holding batch_size
+# requests of a 40-448-client loop could not give (58-122 s in the model).
+ATTENTION_DP_INFERRED = ("attention_dp_size not recorded; batch_size x tp_size = concurrency: "
+                         "attention DP over the TP ranks (tp 1, adp tp_size)")
 
 
 class Unsupported(Exception):
@@ -249,7 +257,11 @@ def _format(run: MeasuredRun, quant: str) -> tuple[str, str]:
 def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: list[str],
           label: str, isl: int) -> dict[str, Any]:
     dp = p.attention_data_parallel or 1
-    if p.attention_data_parallel is None:
+    tp = p.tensor_parallel
+    if p.attention_data_parallel is None and _dp_over_tp_ranks(p, conc, label):
+        dp, tp = tp, 1
+        _declare(defaults, ATTENTION_DP_INFERRED)
+    elif p.attention_data_parallel is None:
         _declare(defaults, "attention_dp_size not recorded: 1")
     if p.workers is None and label:
         _declare(defaults, WORKERS_GUESSED)
@@ -264,7 +276,7 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
     return {
         **memory,
         "replicas": workers,
-        "tensor_parallel": p.tensor_parallel,
+        "tensor_parallel": tp,
         "pipeline_parallel": p.pipeline_parallel,
         "attention_data_parallel": dp,
         "expert_parallel": p.expert_parallel or 1,
@@ -273,6 +285,15 @@ def _pool(p: Pool, engine: str, precision: dict[str, str], conc: int, defaults: 
         "scheduler": {"max_num_seqs": seqs,
                       **_bench_budget(engine, label.strip(), seqs, isl, defaults)},
     }
+
+
+def _dp_over_tp_ranks(p: Pool, conc: int, label: str) -> bool:
+    """Whether an aggregated pool whose attention-DP size is not recorded ran attention DP
+    over its TP ranks: its batch size (per attention-DP rank) times its TP size is exactly the
+    concurrency and below it, the way the file writes the attention-DP layouts it records."""
+    seqs = p.max_batch
+    return (not label and seqs is not None and p.tensor_parallel > 1 and seqs < conc
+            and seqs * p.tensor_parallel == conc)
 
 
 def _bench_budget(engine: str, role: str, seqs: int, isl: int,
