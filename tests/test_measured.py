@@ -442,3 +442,21 @@ def test_batch_times_tp_equal_to_concurrency_is_attention_dp_over_the_tp_ranks(
     tp8 = simulator.estimate(simulator.load_scenario(
         map_run(runs[2], None).scenario))  # type: ignore[arg-type]
     assert tp8.ttft_mean_s > 10.0
+
+
+def test_sglang_sparse_attention_models_take_fp8_kv_on_blackwell_only(tmp_path: Path) -> None:
+    """SGLang's auto KV dtype for DSA models (GLM-5 since PR #18521) is fp8_e4m3 at compute
+    capability 10 and above, bfloat16 below (server_args.py _set_default_nsa_kv_cache_dtype):
+    the same GLM-5 FP8 row maps to an FP8 cache on B200 and a BF16 one on H200; a dense model's
+    SGLang row on B200 keeps BF16."""
+    glm = {**AGG_DP8, "model": "glm-5", "precision": "fp8", "gemm_quant_mode": "fp8",
+           "moe_quant_mode": "fp8", "tp_size": "8", "attention_dp_size": "1",
+           "moe_ep_size": "1"}
+    rows = [glm, {**glm, "gpu": "h200-sxm"},
+            {**DENSE, "backend": "sglang", "backend_version": "0.5.9", "gpu": "b200"}]
+    runs = read_measurements([write_csv(tmp_path / "r.csv", rows)])
+    kv = [map_run(r, None).scenario["deployment"]["precision"]["kv_cache"]  # type: ignore[index]
+          for r in runs]
+    assert kv == ["fp8", "bf16", "bf16"]
+    assert any("sparse-attention (DSA) models on Blackwell" in d
+               for d in map_run(runs[0], None).defaults)

@@ -103,7 +103,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("b1", "the benchmark generator's token budgets",
           "every pool at max(8192, batch) tokens per step, no prefill cap",
           scenario=_old_budgets),
-    Cause("b2", "FP8 KV cache of NVFP4 checkpoints and TensorRT-LLM's FP8 ones",
+    Cause("b2", "FP8 KV cache (NVFP4 and TensorRT-LLM FP8 checkpoints, SGLang DSA on Blackwell)",
           "those rows keep a BF16 KV cache", scenario=_bf16_kv),
     Cause("b3", "MXFP4 MoE kernels' token tile (Blackwell)",
           "MXFP4 experts pad to the chip's 64-row tile", hardware=_no_token_tile),

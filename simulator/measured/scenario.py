@@ -86,6 +86,12 @@ TRTLLM_FP8_KV = "fp8"
 # and these ten (DeepSeek-R1/V3 on B200/GB200, gpt-oss-120b on H100; TensorRT-LLM 1.3.0rc1 and
 # rc5, 4000/1000 tokens) were measured at 0.35-1.6 s TTFT, which one rank holding batch_size
 # requests of a 40-448-client loop could not give (58-122 s in the model).
+# SGLang's `auto` KV dtype for DeepSeek-sparse-attention models is FP8 on Blackwell and BF16
+# on Hopper (server_args.py _set_default_nsa_kv_cache_dtype: "fp8_e4m3" if the compute
+# capability's major >= 10 else "bfloat16"); GLM-5 takes that path since SGLang PR #18521
+# (2026-02-10) added GlmMoeDsaForCausalLM to is_deepseek_nsa. The benchmark generator passes
+# BF16 on as `auto` (rule_plugin/benchmark/sglang.rule), so the engine's default decides.
+SGLANG_DSA_BLACKWELL_KV = "fp8"
 ATTENTION_DP_INFERRED = ("attention_dp_size not recorded; batch_size x tp_size = concurrency: "
                          "attention DP over the TP ranks (tp 1, adp tp_size)")
 
@@ -237,9 +243,23 @@ def _precision(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
         kv = TRTLLM_FP8_KV
         _declare(defaults, f"kv_cache {kv} on TensorRT-LLM FP8 rows: it serves pre-quantized "
                            "checkpoints, which Model Optimizer writes with an FP8 KV cache")
+    elif run.engine == "sglang" and _sparse_attention_on_blackwell(run):
+        kv = SGLANG_DSA_BLACKWELL_KV
+        _declare(defaults, f"kv_cache {kv}: SGLang's auto KV dtype for sparse-attention (DSA) "
+                           "models on Blackwell")
     else:
         _declare(defaults, f"kv_cache {KV_CACHE_DEFAULT} (KV-cache format not recorded)")
     return {"weights": weights, "activations": activations, "kv_cache": kv}
+
+
+def _sparse_attention_on_blackwell(run: MeasuredRun) -> bool:
+    """Whether the run's model has DeepSeek sparse attention and its GPU is a Blackwell one."""
+    from simulator.hardware.profile import load_hardware
+    from simulator.model.load import load_architecture
+
+    assert run.model is not None and run.gpu is not None
+    return (load_architecture(run.model).sparse is not None
+            and load_hardware(run.gpu).architecture == "blackwell")
 
 
 def _format(run: MeasuredRun, quant: str) -> tuple[str, str]:
