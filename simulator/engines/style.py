@@ -74,6 +74,10 @@ class _StyleFile(BaseModel):
     # collective's latency (cost/comm.py), replacing the GPU profile's
     # efficiency.allreduce_latency_per_peer_us. None: the profile's.
     allreduce_latency_per_peer_us: Annotated[float, Field(ge=0, le=1000)] | None = None
+    # Whether the engine's block-scaled FP4 GEMMs split K when a launch has fewer output tiles
+    # than SMs (an autotuned tactic per shape), replacing the GPU profile's
+    # gemm_classes.fp4_block_scaled.split_k. None: the profile's.
+    fp4_gemm_split_k: bool | None = None
     # Rounds of a closed loop of identical requests whose TTFT the start-up burst's queue sets
     # (docs/closed-loops.md): the train of arrivals the burst leaves persists about this many
     # rounds in the engine before it disperses (1: the first round only, then steady state).
@@ -256,6 +260,7 @@ class EngineStyle:
     # Per GPU beyond two on a small collective's latency (the engine's all-reduce kernels);
     # None: the GPU profile's value.
     allreduce_latency_per_peer_s: float | None = None
+    fp4_gemm_split_k: bool | None = None  # None: the GPU profile's (see _StyleFile)
     # Rounds the start-up burst of a closed loop stands for (see _StyleFile).
     closed_loop_burst_rounds: float = 1.0
 

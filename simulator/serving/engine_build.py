@@ -179,6 +179,18 @@ def _with_engine_collectives(hw: Hardware, style_per_peer_s: float | None,
     return replace(hw, allreduce_latency_per_peer_s=per_peer_s)
 
 
+def _with_engine_fp4_gemms(hw: Hardware, split_k: bool | None) -> Hardware:
+    """The GPU profile as the engine's block-scaled FP4 GEMMs see it: split K or not as the
+    engine's kernels do, else as the profile's FP4 class says."""
+    classes = hw.gemm_classes
+    fp4 = None if classes is None else classes.fp4_block_scaled
+    if split_k is None or fp4 is None or fp4.split_k == split_k:
+        return hw
+    assert classes is not None
+    return replace(hw, gemm_classes=replace(classes, fp4_block_scaled=replace(fp4,
+                                                                            split_k=split_k)))
+
+
 def _build_engine(
     dep: AggregatedDeployment | WorkerPool,
     arch: Architecture,
@@ -207,6 +219,7 @@ def _build_engine(
         )
     style = engine_style(dep.engine, dep.engine_version)
     hw = _with_engine_collectives(hw, style.allreduce_latency_per_peer_s, dep.overhead)
+    hw = _with_engine_fp4_gemms(hw, style.fp4_gemm_split_k)
     step_model = shared_step_model(
         arch, hw, layout, formats, comm_overlap, slots, dep.moe_kernel == "unfused"
     )
