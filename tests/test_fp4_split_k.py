@@ -1,4 +1,4 @@
-"""An engine style's fp4_gemm_split_k: whether its block-scaled FP4 GEMMs split K when a
+"""An engine style's fp4_gemm_split_k: whether its dense block-scaled FP4 GEMMs split K when a
 launch has fewer output tiles than SMs (TensorRT-LLM autotunes its NVFP4 tactic per shape),
 replacing the GPU profile's gemm_classes.fp4_block_scaled.split_k (serving/engine_build.py)."""
 
@@ -48,6 +48,8 @@ def test_a_decode_gemm_of_few_tiles_splits_its_k_loop() -> None:
     assert not split.serial
     assert split.time_s == pytest.approx(max(half_tile_s, memory_s), rel=1e-9)
     assert split.time_s < 0.6 * unsplit.time_s
+    # MoE expert GEMMs keep the class's unsplit tiles (their grouped kernels are another path)
+    assert gemm_rates(split_hw, "fp4", rows_per_group=1, grouped=True).split_k is False
     # the other classes and every other profile value are untouched
     assert dataclasses.replace(split_hw, gemm_classes=hw.gemm_classes) == hw
     assert _with_engine_fp4_gemms(hw, None) is hw and _with_engine_fp4_gemms(hw, False) is hw

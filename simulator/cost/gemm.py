@@ -90,9 +90,12 @@ def gemm_rates(
         )
     cls, name, hbm = classes.dense, "dense", classes.dense.hbm_fraction
     launch_fixed, tile_m_small, token_tile = 0.0, None, None
+    split_k = cls.split_k
     if tensor_format == "fp4" and classes.fp4_block_scaled is not None:
         cls, name = classes.fp4_block_scaled, "fp4_block_scaled"
-        hbm = cls.hbm_fraction
+        hbm, split_k = cls.hbm_fraction, cls.split_k
+        if not grouped and classes.fp4_dense_split_k is not None:
+            split_k = classes.fp4_dense_split_k  # the engine's own dense FP4 kernels
     elif not weights_native:
         name, hbm = "weight_only", classes.weight_only_hbm_fraction
         launch_fixed = classes.weight_only_launch_fixed_s
@@ -116,7 +119,7 @@ def gemm_rates(
         cls.tile_fixed_s,
         hw.hbm_bytes_per_s * hbm,
         None if token_tile else cls.tile_m_min,
-        cls.split_k,
+        split_k,
         launch_fixed,
         tile_m_small,
         token_tile,

@@ -74,9 +74,9 @@ class _StyleFile(BaseModel):
     # collective's latency (cost/comm.py), replacing the GPU profile's
     # efficiency.allreduce_latency_per_peer_us. None: the profile's.
     allreduce_latency_per_peer_us: Annotated[float, Field(ge=0, le=1000)] | None = None
-    # Whether the engine's block-scaled FP4 GEMMs split K when a launch has fewer output tiles
-    # than SMs (an autotuned tactic per shape), replacing the GPU profile's
-    # gemm_classes.fp4_block_scaled.split_k. None: the profile's.
+    # Whether the engine's dense block-scaled FP4 GEMMs split K when a launch has fewer output
+    # tiles than SMs (an autotuned tactic per shape), in place of the GPU profile's
+    # gemm_classes.fp4_block_scaled.split_k (MoE expert GEMMs keep it). None: the profile's.
     fp4_gemm_split_k: bool | None = None
     # Rounds of a closed loop of identical requests whose TTFT the start-up burst's queue sets
     # (docs/closed-loops.md): the train of arrivals the burst leaves persists about this many

@@ -163,6 +163,9 @@ class GemmClasses:
     weight_only_tile_m: int | None = None
     grouped_token_tile_m: tuple[int, int] | None = None
     grouped_token_tile_weights: frozenset[str] = frozenset()
+    # Whether an engine's dense (not grouped) FP4 GEMMs split K, set from its style
+    # (serving/engine_build.py); None: the FP4 class's own split_k.
+    fp4_dense_split_k: bool | None = None
 
     def grouped_compute_multiplier(self, rows_per_expert: float) -> float:
         """Piecewise-linear in log2(rows per expert), flat beyond the measured ends."""
@@ -196,6 +199,7 @@ class GemmClasses:
             self.weight_only_tile_m,
             self.grouped_token_tile_m,
             self.grouped_token_tile_weights,
+            self.fp4_dense_split_k,
         )
 
 

@@ -180,15 +180,15 @@ def _with_engine_collectives(hw: Hardware, style_per_peer_s: float | None,
 
 
 def _with_engine_fp4_gemms(hw: Hardware, split_k: bool | None) -> Hardware:
-    """The GPU profile as the engine's block-scaled FP4 GEMMs see it: split K or not as the
-    engine's kernels do, else as the profile's FP4 class says."""
+    """The GPU profile as the engine's dense block-scaled FP4 GEMMs see it: split K or not as
+    the engine's kernels do, else as the profile's FP4 class says (MoE expert GEMMs keep the
+    class's: their grouped kernels are another code path)."""
     classes = hw.gemm_classes
-    fp4 = None if classes is None else classes.fp4_block_scaled
-    if split_k is None or fp4 is None or fp4.split_k == split_k:
+    if split_k is None or classes is None or classes.fp4_block_scaled is None:
         return hw
-    assert classes is not None
-    return replace(hw, gemm_classes=replace(classes, fp4_block_scaled=replace(fp4,
-                                                                            split_k=split_k)))
+    if classes.fp4_block_scaled.split_k == split_k and classes.fp4_dense_split_k is None:
+        return hw
+    return replace(hw, gemm_classes=replace(classes, fp4_dense_split_k=split_k))
 
 
 def _build_engine(
