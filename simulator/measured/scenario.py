@@ -80,18 +80,18 @@ NVFP4_CHECKPOINT_KV = "fp8"
 # BF16 checkpoint when they load it, whose `auto` KV dtype stays BF16, and their rows do not
 # tell the two apart (vLLM Llama-3.1-70B: three rows each way), so they keep KV_CACHE_DEFAULT.
 TRTLLM_FP8_KV = "fp8"
-# A row without attention_dp_size whose batch_size (per attention-DP rank) times tp_size is
-# exactly its concurrency, and below it, ran attention DP over its TP ranks: every recorded
-# TensorRT-LLM attention-DP row of the file is written tp 1, adp N with concurrency = batch x N,
-# and these ten (DeepSeek-R1/V3 on B200/GB200, gpt-oss-120b on H100; TensorRT-LLM 1.3.0rc1 and
-# rc5, 4000/1000 tokens) were measured at 0.35-1.6 s TTFT, which one rank holding batch_size
-# requests of a 40-448-client loop could not give (58-122 s in the model).
 # SGLang's `auto` KV dtype for DeepSeek-sparse-attention models is FP8 on Blackwell and BF16
 # on Hopper (server_args.py _set_default_nsa_kv_cache_dtype: "fp8_e4m3" if the compute
 # capability's major >= 10 else "bfloat16"); GLM-5 takes that path since SGLang PR #18521
 # (2026-02-10) added GlmMoeDsaForCausalLM to is_deepseek_nsa. The benchmark generator passes
 # BF16 on as `auto` (rule_plugin/benchmark/sglang.rule), so the engine's default decides.
 SGLANG_DSA_BLACKWELL_KV = "fp8"
+# A row without attention_dp_size whose batch_size (per attention-DP rank) times tp_size is
+# exactly its concurrency, and below it, ran attention DP over its TP ranks: every recorded
+# TensorRT-LLM attention-DP row of the file is written tp 1, adp N with concurrency = batch x N,
+# and these ten (DeepSeek-R1/V3 on B200/GB200, gpt-oss-120b on H100; TensorRT-LLM 1.3.0rc1 and
+# rc5, 4000/1000 tokens) were measured at 0.35-1.6 s TTFT, which one rank holding batch_size
+# requests of a 40-448-client loop could not give (35-122 s in the model).
 ATTENTION_DP_INFERRED = ("attention_dp_size not recorded; batch_size x tp_size = concurrency: "
                          "attention DP over the TP ranks (tp 1, adp tp_size)")
 
@@ -254,12 +254,18 @@ def _precision(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
 
 def _sparse_attention_on_blackwell(run: MeasuredRun) -> bool:
     """Whether the run's model has DeepSeek sparse attention and its GPU is a Blackwell one."""
+    assert run.model is not None and run.gpu is not None
+    return _dsa_on_blackwell(run.model, run.gpu)
+
+
+@cache
+def _dsa_on_blackwell(model: str, gpu: str) -> bool:
+    """Per (model, GPU) once: a file maps thousands of rows of a few of each."""
     from simulator.hardware.profile import load_hardware
     from simulator.model.load import load_architecture
 
-    assert run.model is not None and run.gpu is not None
-    return (load_architecture(run.model).sparse is not None
-            and load_hardware(run.gpu).architecture == "blackwell")
+    return (load_architecture(model).sparse is not None
+            and load_hardware(gpu).architecture == "blackwell")
 
 
 def _format(run: MeasuredRun, quant: str) -> tuple[str, str]:
