@@ -17,6 +17,10 @@ import random
 from collections.abc import Sequence
 from functools import lru_cache
 
+import numpy as np
+import numpy.typing as npt
+from scipy.special import gammaln
+
 PLACEMENT_SEED = 0  # which experts are popular is unrelated to their ids: a fixed shuffle
 
 
@@ -96,16 +100,16 @@ def rank_slots(num_experts: int, ep: int, expert_slots: tuple[float, ...] | None
     return (1.0 / num_experts,) * (num_experts // ep)
 
 
-def _expected_max(pmf: Sequence[float], start: int, copies: int) -> float:
+def _expected_max(pmf: Sequence[float] | npt.NDArray[np.float64], start: int,
+                  copies: int) -> float:
     """E[max] of `copies` independent counts whose pmf over start, start + 1, ... is `pmf`:
     the sum over m of P(max > m) = 1 - F(m)^copies."""
-    total, cdf = float(start), 0.0  # below `start` every term is 1 - 0 = 1
-    for q in pmf[:-1]:
-        cdf += q
-        total += 1.0 - min(cdf, 1.0) ** copies
-    return total
+    # below `start` every term is 1 - 0 = 1
+    cdf = np.minimum(np.cumsum(np.asarray(pmf, dtype=np.float64)[:-1]), 1.0)
+    return float(start + np.sum(1.0 - cdf ** copies))
 
 
+@lru_cache(maxsize=8192)  # priced again for every step of the same shape
 def expected_max_binomial(n: int, p: float, copies: int) -> float:
     """E[max] of `copies` independent Binomial(n, p) counts, over a window of 12 standard
     deviations around the mean (the mass outside it is below 1e-30)."""
@@ -114,8 +118,8 @@ def expected_max_binomial(n: int, p: float, copies: int) -> float:
     mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
     lo, hi = max(0, math.floor(mean - 12 * sd)), min(n, math.ceil(mean + 12 * sd))
     log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
-    pmf = [math.exp(log_n - math.lgamma(m + 1) - math.lgamma(n - m + 1)
-                    + m * log_p + (n - m) * log_q) for m in range(lo, hi + 1)]
+    m = np.arange(lo, hi + 1, dtype=np.float64)
+    pmf = np.exp(log_n - gammaln(m + 1) - gammaln(n - m + 1) + m * log_p + (n - m) * log_q)
     return _expected_max(pmf, lo, copies)
 
 

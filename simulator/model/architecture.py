@@ -133,12 +133,10 @@ class Architecture:
     def num_moe_layers(self) -> int:
         if self.moe is None:
             return 0
-        candidates = range(self.moe.first_dense_layers, self.ffn_layers)
-        return sum(
-            1
-            for i in candidates
-            if (i - self.moe.first_dense_layers) % self.moe.moe_layer_interval == 0
-        )
+        # Layers first_dense_layers, + interval, + 2 x interval, ... below ffn_layers: a count
+        # in closed form (the cost model asks for it on every step it prices).
+        span = self.ffn_layers - self.moe.first_dense_layers
+        return max(0, -(-span // self.moe.moe_layer_interval))
 
     @property
     def num_linear_layers(self) -> int:
