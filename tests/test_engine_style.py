@@ -98,7 +98,7 @@ def test_vllm_02_timeline_adds_serial_host_and_ingest_and_never_mixes() -> None:
     (100 in / 3 out) at t=0, b (100 in / 3 out) arriving during a's first decode step. Each
     step costs GPU + 6.6 ms host in series, and b's prompt runs in a prefill-only step (a's
     decoding pauses for it) before one decode step carries both: a's token 3 at 101 cached
-    tokens and b's token 2 at 100. The client TTFT adds 18 ms ingest + 100 x 10 us. Every
+    tokens and b's token 2 at 100. The client TTFT adds 18 ms ingest + 100 x 3 us. Every
     step's GPU part is held to the style's dispatch floor, 32 layers x 0.46 ms = 14.72 ms,
     which on an H100 is longer than any of these 8B steps."""
     from simulator.api import simulate
@@ -130,7 +130,7 @@ def test_vllm_02_timeline_adds_serial_host_and_ingest_and_never_mixes() -> None:
     # Both prompts have 100 tokens, so every client TTFT is the engine's + 19 ms.
     d = r.to_dict()
     offset = d["ttft_s"]["p50"] - d["ttft_engine_s"]["p50"]
-    assert offset == pytest.approx(18e-3 + 100 * 10e-6, rel=1e-9)
+    assert offset == pytest.approx(18e-3 + 100 * 3e-6, rel=1e-9)
 
 
 def test_a_hybrid_state_has_one_home(tmp_path: Path) -> None:

@@ -36,21 +36,21 @@ def test_parallel_and_offline_fronts() -> None:
 
 def test_sglang_burst_reaches_the_engine_in_tokenizer_order() -> None:
     """Closed loop of 4, all sent at t = 0, 100-token prompts, SGLang (serial front end,
-    10 us/token, no ingest figure): the front end frees at 1, 2, 3, 4 ms, and each request
-    reaches the engine the style's request latency L later (it holds no queue): 1, 2, 3, 4 ms
-    + L. The first request finds the engine idle and is prefilled alone from 1 ms + L; the
-    other three join the next prefill."""
+    3 us/token, no ingest figure): the front end frees at 0.3, 0.6, 0.9, 1.2 ms, and each
+    request reaches the engine the style's request latency L later (it holds no queue):
+    0.3, 0.6, 0.9, 1.2 ms + L. The first request finds the engine idle and is prefilled alone
+    from 0.3 ms + L; the other three join the next prefill."""
     sc = make(
         deployment={"engine": "sglang", "overhead": None},
         workload={"arrival": {"kind": "closed_loop", "concurrency": 4}, "num_requests": 4},
     )
     style = load_engine_styles()["sglang"]
     assert style.serial_front_end and style.front_end.ingest_s == 0.0
-    tok = style.front_end.per_input_token_s * 100  # 1 ms per prompt
+    tok = style.front_end.per_input_token_s * 100  # 0.3 ms per prompt
     lat = style.front_end.latency_s
     rec = simulator.simulate(sc).requests
     assert rec["arrival_s"] == approx(np.array([1, 2, 3, 4]) * tok + lat)
-    assert rec["front_end_s"] == approx(np.array([1, 2, 3, 4]) * tok + lat)  # queue, own 1 ms
+    assert rec["front_end_s"] == approx(np.array([1, 2, 3, 4]) * tok + lat)  # queue, own tok
     assert rec["scheduled_s"][0] == approx(tok + lat)  # idle engine: polled at once
     first = tok + lat + style.step_time_s(step_timer(sc)(prefill(100)), 1)
     assert rec["first_token_s"][0] == approx(first)
@@ -63,10 +63,10 @@ def test_vllm_burst_is_tokenized_in_parallel() -> None:
         workload={"arrival": {"kind": "closed_loop", "concurrency": 4}, "num_requests": 4},
     )
     rec = simulator.simulate(sc).requests
-    # vLLM's front end concurrency is unknown (left parallel): each its own 100 x 10 us, then
+    # vLLM's front end concurrency is unknown (left parallel): each its own 100 x 3 us, then
     # the style's request latency.
     lat = load_engine_styles()["vllm"].front_end.latency_s
-    assert rec["arrival_s"] == approx(np.full(4, 1e-3 + lat))
+    assert rec["arrival_s"] == approx(np.full(4, 100 * 3e-6 + lat))
 
 
 def test_client_ttft_includes_the_queue() -> None:

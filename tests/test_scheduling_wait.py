@@ -35,8 +35,8 @@ def test_request_arriving_mid_step_waits_for_the_boundary(
     (max(GPU, host) with the shipped host costs). b is polled at the first s_k >= 2 with
     k % interval == 0 and runs in step k + 1 (the lookahead): steps 1..k are a's decodes.
     vLLM and TRT-LLM put b's prompt beside a's decode in step k + 1; SGLang runs it alone.
-    Each reaches the engine after its tokenization (10 us/token) and the style's request
-    latency L: a at 100 x 10 us + L = 1 ms + L, b at 2 s + 200 x 10 us + L = 2.002 s + L
+    Each reaches the engine after its tokenization (3 us/token) and the style's request
+    latency L: a at 100 x 3 us + L = 0.3 ms + L, b at 2 s + 200 x 3 us + L = 2.0006 s + L
     (alone in the front end, so no queue).
     """
     sc = make(
@@ -94,9 +94,9 @@ def test_idle_engine_takes_a_request_at_once(tmp_path: Path) -> None:
     res = simulator.simulate(sc)
     assert res.requests[0]["finish_s"] < ARRIVAL_S
     # b reaches the engine once tokenized, the style's request latency later: 2 s + 200 x
-    # 10 us + L.
+    # 3 us + L.
     lat = load_engine_styles()["sglang"].front_end.latency_s
-    assert res.requests[1]["scheduled_s"] == approx(ARRIVAL_S + 200 * 10e-6 + lat)
+    assert res.requests[1]["scheduled_s"] == approx(ARRIVAL_S + 200 * 3e-6 + lat)
 
 
 def test_intake_arithmetic() -> None:

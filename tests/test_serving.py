@@ -129,9 +129,9 @@ def approx(x: float) -> Any:
     return pytest.approx(x, rel=1e-12, abs=0.0)
 
 
-# A served request reaches the engine after its tokenization, 10 us per prompt token in every
-# shipped style (engine_styles.yaml; serving/front_end.py): 100 tokens sent at 0 arrive at 1 ms.
-TOKENIZE_S = 10e-6
+# A served request reaches the engine after its tokenization, 3 us per prompt token in every
+# shipped style (engine_styles.yaml; serving/front_end.py): 100 tokens sent at 0 arrive at 0.3 ms.
+TOKENIZE_S = 3e-6
 
 
 class Recorder:
@@ -217,8 +217,8 @@ def test_timeline_single_request() -> None:
     assert rec["finish_s"] == approx(t3)
     d = res.to_dict()
     # The client sees the engine times plus the style's front end: 100 prompt tokens
-    # tokenized at 10 us each and 12.5 us to emit the first chunk (engine_styles.yaml, vllm).
-    front = 100 * 10e-6 + 12.5e-6
+    # tokenized at 3 us each and 12.5 us to emit the first chunk (engine_styles.yaml, vllm).
+    front = 100 * TOKENIZE_S + 12.5e-6
     assert d["ttft_engine_s"]["p50"] == approx(t1)
     assert d["ttft_s"]["p50"] == approx(t1 + front)
     assert d["e2e_s"]["p50"] == approx(t3 + front)
@@ -470,7 +470,7 @@ def test_closed_loop_never_exceeds_concurrency(concurrency: int) -> None:
     # a new request is sent exactly when one finishes
     later = np.sort(start)[concurrency:]
     assert all(np.isclose(end, t, rtol=0, atol=1e-12).any() for t in later)
-    # the engine has each one after its tokenization: prompt x 10 us later (no queue in vLLM)
+    # the engine has each one after its tokenization: prompt x 3 us later (no queue in vLLM)
     assert r["front_end_s"] == pytest.approx(r["input_tokens"] * TOKENIZE_S, abs=1e-12)
 
 

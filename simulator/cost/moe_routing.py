@@ -19,7 +19,6 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
-from scipy.special import gammaln
 
 PLACEMENT_SEED = 0  # which experts are popular is unrelated to their ids: a fixed shuffle
 
@@ -118,8 +117,12 @@ def expected_max_binomial(n: int, p: float, copies: int) -> float:
     mean, sd = n * p, math.sqrt(n * p * (1.0 - p))
     lo, hi = max(0, math.floor(mean - 12 * sd)), min(n, math.ceil(mean + 12 * sd))
     log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
-    m = np.arange(lo, hi + 1, dtype=np.float64)
-    pmf = np.exp(log_n - gammaln(m + 1) - gammaln(n - m + 1) + m * log_p + (n - m) * log_q)
+    # log pmf at lo, then each next term by the ratio pmf(m + 1) / pmf(m) = (n - m) p /
+    # ((m + 1) q), summed in numpy (scipy.special would load numpy.ma on every start).
+    first = log_n - math.lgamma(lo + 1) - math.lgamma(n - lo + 1) + lo * log_p + (n - lo) * log_q
+    m = np.arange(lo, hi, dtype=np.float64)
+    steps = np.log((n - m) / (m + 1)) + (log_p - log_q)
+    pmf = np.exp(first + np.concatenate(([0.0], np.cumsum(steps))))
     return _expected_max(pmf, lo, copies)
 
 
