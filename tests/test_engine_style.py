@@ -127,7 +127,7 @@ def test_vllm_02_timeline_adds_serial_host_and_ingest_and_never_mixes() -> None:
     assert b["first_token_s"] - t0 == pytest.approx(b_first, rel=1e-9)
     both = t(decode(2, 201)) + host
     assert a["finish_s"] - t0 == pytest.approx(b_first + both, rel=1e-9)
-    # Both prompts have 100 tokens, so every client TTFT is the engine's + 19 ms.
+    # Both prompts have 100 tokens, so every client TTFT is the engine's + 18.3 ms.
     d = r.to_dict()
     offset = d["ttft_s"]["p50"] - d["ttft_engine_s"]["p50"]
     assert offset == pytest.approx(18e-3 + 100 * 3e-6, rel=1e-9)

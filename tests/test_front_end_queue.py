@@ -65,8 +65,8 @@ def test_vllm_burst_is_tokenized_in_parallel() -> None:
     rec = simulator.simulate(sc).requests
     # vLLM's front end concurrency is unknown (left parallel): each its own 100 x 3 us, then
     # the style's request latency.
-    lat = load_engine_styles()["vllm"].front_end.latency_s
-    assert rec["arrival_s"] == approx(np.full(4, 100 * 3e-6 + lat))
+    front = load_engine_styles()["vllm"].front_end
+    assert rec["arrival_s"] == approx(np.full(4, 100 * front.per_input_token_s + front.latency_s))
 
 
 def test_client_ttft_includes_the_queue() -> None:

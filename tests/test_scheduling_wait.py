@@ -95,8 +95,9 @@ def test_idle_engine_takes_a_request_at_once(tmp_path: Path) -> None:
     assert res.requests[0]["finish_s"] < ARRIVAL_S
     # b reaches the engine once tokenized, the style's request latency later: 2 s + 200 x
     # 3 us + L.
-    lat = load_engine_styles()["sglang"].front_end.latency_s
-    assert res.requests[1]["scheduled_s"] == approx(ARRIVAL_S + 200 * 3e-6 + lat)
+    front = load_engine_styles()["sglang"].front_end
+    assert res.requests[1]["scheduled_s"] == approx(
+        ARRIVAL_S + 200 * front.per_input_token_s + front.latency_s)
 
 
 def test_intake_arithmetic() -> None:
