@@ -18,6 +18,7 @@ from simulator.engines.style import release_number
 from simulator.errors import InputError
 from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
+from simulator.measured.id_layout import ID_LAYOUT, id_layout
 from simulator.measured.run import LAYOUT_CONTRADICTED, Load, MeasuredRun, Pool
 
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
@@ -186,10 +187,15 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str]) -> dict[str, Any]:
     _check_names(run)
     precision = _precision(run, defaults)
     conc = run.load.concurrency or 1
+    recorded = run.pools
+    named = id_layout(run.run_id, recorded[0]) if run.mode == "agg" else None
+    if named is not None:
+        recorded = (named,)
+        _declare(defaults, ID_LAYOUT)
     pools = [
         {**_pool(p, run.engine, precision, conc, defaults, label,
                  max(1, round(run.load.input_tokens))), **_version(run, defaults)}
-        for p, label in zip(run.pools, ("prefill ", "decode ") if run.mode == "disagg" else ("",),
+        for p, label in zip(recorded, ("prefill ", "decode ") if run.mode == "disagg" else ("",),
                             strict=True)
     ]
     if run.mode == "disagg":
@@ -198,7 +204,7 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str]) -> dict[str, Any]:
         _declare(defaults, "disagg KV transfer: the profile's default link (not recorded)")
     else:
         deployment = {"kind": "aggregated", **pools[0]}
-    gpus = sum(p.gpus_per_worker * (p.workers or 1) for p in run.pools)
+    gpus = sum(p.gpus_per_worker * (p.workers or 1) for p in recorded)
     per_node = domain_size(run.gpu)
     return {
         "name": run.run_id,

@@ -1,0 +1,96 @@
+"""The layout a silicon row's run id names where its layout columns count the GPUs ep times
+over (measured/id_layout.py): hand-derived cases from the file's own rows, and the rows'
+measured TPOT, which the id's layout explains and the columns' does not."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import simulator
+from simulator.measured.detect import read_measurements
+from simulator.measured.id_layout import ID_LAYOUT, id_layout
+from simulator.measured.run import MeasuredRun, Pool
+from simulator.measured.scenario import map_run
+
+SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
+
+
+def test_sglang_tp16_named_tp4_ep4_is_four_gpus() -> None:
+    # Row 833: SGLang 0.5.9 DeepSeek-R1 on B200, tp 16, moe_tp 4, moe_ep 4, id ..._tp4_ep4_1042:
+    # 16 = 4 x 4 GPUs recorded, 4 named -> TP 4, EP 4 (moe_tp 4 / 4 = 1), batch as recorded.
+    pool = Pool(16, 1, 1, 4, 4, None, 128)
+    assert id_layout("2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c128_tp4_ep4_1042",
+                     pool) == Pool(4, 1, 1, 1, 4, None, 128)
+
+
+def test_trtllm_adp16_named_tp4_ep4_keeps_every_client_running() -> None:
+    # Row 889: TensorRT-LLM tp 1, adp 16, moe 4 x 4, batch 8 at 128 clients (128 = 8 x 16):
+    # attention DP gives up the factor 4 -> adp 4, and each rank holds 8 x 16 / 4 = 32.
+    pool = Pool(1, 1, 16, 4, 4, None, 8)
+    assert id_layout("2026_04_06_deepseek_r1_b200_sxm_trtllm_fp4_agg_1024x1024_c128_tp4_ep4_958",
+                     pool) == Pool(1, 1, 4, 1, 4, None, 32)
+
+
+def test_vllm_tp4_adp4_ep16_named_tp4_ep4() -> None:
+    # Row 1856: vLLM MiniMax-M2.5 tp 4, adp 4, moe_ep 16, batch 4 at 16 clients -> 4 GPUs:
+    # adp 4 / 4 = 1, TP 4, EP 4, batch 4 x 4 = 16.
+    pool = Pool(4, 1, 4, 1, 16, None, 4)
+    run_id = "2026_04_06_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep4_1397"
+    assert id_layout(run_id, pool) == Pool(4, 1, 1, 1, 4, None, 16)
+
+
+@pytest.mark.parametrize(("run_id", "pool"), [
+    # names its 8 GPUs as recorded (tp 8 x adp 1 = 8): nothing to do
+    ("qwen3_5_397b_gap_analysis_h200_sxm_sglang_fp8_agg_8192x1024_c8_tp8_ep8_73",
+     Pool(8, 1, 1, 1, 8, None, 8)),
+    # the other naming (`_tp8_0_ep8_0_`) records its GPUs as named
+    ("2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c16_tp8_0_ep8_0_257",
+     Pool(8, 1, 1, 1, 8, None, 16)),
+    # ep 1: no factor to undo
+    ("2026_04_06_llama_3_1_70b_h200_sxm_trtllm_fp8_agg_8192x1024_c8_tp4_ep1_833",
+     Pool(4, 1, 1, 4, 1, None, 8)),
+    ("row-7", Pool(16, 1, 1, 4, 4, None, 8)),  # no name at all
+])
+def test_rows_that_record_what_they_name_are_left_alone(run_id: str, pool: Pool) -> None:
+    assert id_layout(run_id, pool) is None
+
+
+def _tpot_errors(runs: list[MeasuredRun]) -> list[float]:
+    errors = []
+    for run in runs:
+        m = map_run(run, None)
+        assert m.scenario is not None, m.refused
+        est = simulator.estimate(simulator.load_scenario(m.scenario))
+        errors.append(abs(est.tpot_p50_s * 1e3 / run.measured["tpot.mean"] - 1))
+    return errors
+
+
+def test_the_files_rows_decode_as_the_gpus_their_ids_name() -> None:
+    # Every 2026-04-06 aggregated row named tpA_epB with B > 1 whose columns count A x B GPUs
+    # (97 of the file's 3,028) maps to A GPUs and declares it; scored on the closed-form
+    # estimate, their mean TPOT is nearer as A GPUs than as the columns' A x B (at this
+    # change: median |error| 17.2 % against 26.0 %).
+    named = re.compile(r"^2026_04_06_.*_tp(\d+)_ep(\d+)_\d+$")
+    runs = []
+    for run in read_measurements([SILICON]):
+        m = named.match(run.run_id)
+        if run.mode != "agg" or m is None or int(m.group(2)) == 1:
+            continue
+        if run.pools[0].gpus_per_worker != int(m.group(1)) * int(m.group(2)):
+            continue
+        mapped = map_run(run, None)
+        assert ID_LAYOUT in mapped.defaults and mapped.scenario is not None
+        dep = mapped.scenario["deployment"]
+        assert dep["tensor_parallel"] * dep["attention_data_parallel"] == int(m.group(1))
+        assert dep["expert_parallel"] == int(m.group(2))
+        runs.append(run)
+    assert len(runs) == 97
+    as_named = statistics.median(_tpot_errors(runs))
+    as_recorded = statistics.median(_tpot_errors([replace(r, run_id=r.run_id + "-x")
+                                                  for r in runs]))
+    assert as_named < 0.20 and as_recorded - as_named > 0.05, (as_named, as_recorded)
