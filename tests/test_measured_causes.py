@@ -124,13 +124,13 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
                                      "b200 vllm aggregated"}
     assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5", "b6", "b7",
-                                                     "b8"]
+                                                     "b8", "b9"]
     # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
     on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
     assert on != tile_off
     lines = measured_markdown(result, "r.csv")
     assert lines[0] == "## Measured runs of real engines, cause by cause"
-    assert sum(ln.startswith("| b") for ln in lines) == 8 + 2  # 8 causes, 2 b200 groups
+    assert sum(ln.startswith("| b") for ln in lines) == 9 + 2  # 9 causes, 2 b200 groups
     # The request latency moves TTFT most: it holds no engine step, so TPOT moves only as the
     # closed loop's clients, waiting out the latency, keep fewer requests in the engine.
     on_all, latency_off = result["overall"], result["causes"][6]
@@ -141,3 +141,18 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert ttft_moved > 10 * tpot_moved
     missing = measured_markdown(None, "nowhere.csv")
     assert any("`nowhere.csv` was not found" in ln for ln in missing)
+
+
+def test_the_layout_a_run_id_names_is_a_cause_of_its_own(tmp_path: Path) -> None:
+    # Row 833's setup: SGLang DeepSeek-R1 FP4 on B200 recorded tp 16, moe 4 x 4, named
+    # tp4_ep4 (measured/id_layout.py). Mapped as named it runs on 4 GPUs of one node; with
+    # b9 off, on 16 over two, whose step the inter-node all-reduce slows: TPOT moves.
+    row = {**AGG_DP8, "id": "2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c128_tp4_"
+           "ep4_1042", "isl": "8192", "concurrency": "128", "batch_size": "128",
+           "tp_size": "16", "attention_dp_size": "1", "moe_tp_size": "4", "moe_ep_size": "4",
+           "ttft_ms": "2629", "tpot_ms": "50"}
+    result = measured_ablation(write_csv(tmp_path / "r.csv", [row]))
+    b9 = next(c for c in result["causes"] if c["key"] == "b9")
+    on = result["overall"]["tpot.mean"]["median_signed_error"]
+    off = b9["tpot.mean"]["median_signed_error"]
+    assert b9["runs"] == 1 and off > on + 0.5, (on, off)

@@ -12,14 +12,15 @@ simulation's figures are accuracy.yaml's.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from simulator.hardware.profile import Hardware
 from simulator.measured.ordering import NEAR_TIE, Point, order_group, pair_ordering
 from simulator.measured.predict import estimate_figures, signed_errors
+from simulator.measured.run import MeasuredRun
 from simulator.measured.scenario import DEFAULT_TOKEN_BUDGET, Mapped, layout_in_doubt, map_run
 from simulator.measured.scoring import error_stats
 from simulator.serving.engine_build import Engine
@@ -120,6 +121,24 @@ CAUSES: tuple[Cause, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class MappingCause:
+    """A cause the mapping carries (what it reads off a row), switched off by mapping the run
+    again without it."""
+
+    key: str
+    title: str
+    switch: str
+    remap: Callable[[MeasuredRun], Mapped]
+
+
+MAPPING_CAUSES: tuple[MappingCause, ...] = (
+    MappingCause("b9", "the layout a run id names where the columns count ep times the GPUs",
+                 "the layout columns as recorded (tp x adp = id tp x ep GPUs)",
+                 remap=lambda run: map_run(run, None, named_layouts=False)),
+)
+
+
 def _predicted(m: Mapped, cause: Cause | None) -> dict[str, float] | None:
     """The run's estimate with `cause` off (None: all on), or None where it is refused."""
     import simulator
@@ -129,6 +148,14 @@ def _predicted(m: Mapped, cause: Cause | None) -> dict[str, float] | None:
         return estimate_figures(simulator.estimate(variant_loaded(m.scenario, cause)))
     except (ValueError, RuntimeError):  # memory, layout or model refusals: not scored
         return None
+
+
+def _remapped(m: Mapped, cause: MappingCause) -> dict[str, float] | None:
+    """The run's estimate mapped without the cause (refused that way: not scored)."""
+    again = cause.remap(m.run)
+    if again.scenario is None:
+        return None
+    return _predicted(again, None)
 
 
 def _stats(errors: Sequence[dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -147,10 +174,12 @@ def measured_ablation(path: Path) -> dict[str, Any]:
               and not layout_in_doubt(m.defaults)]
     per: dict[str | None, list[tuple[Mapped, dict[str, float]]]] = {}
     points: list[Point] = []
-    for cause in (None, *CAUSES):
+    every: tuple[Cause | MappingCause, ...] = (*CAUSES, *MAPPING_CAUSES)
+    for cause in (None, *every):
         rows = []
         for m in usable:
-            got = _predicted(m, cause)
+            got = (_remapped(m, cause) if isinstance(cause, MappingCause)
+                   else _predicted(m, cause))
             if got is None:
                 continue
             rows.append((m, signed_errors(m.run.measured, got)))
@@ -170,7 +199,7 @@ def measured_ablation(path: Path) -> dict[str, Any]:
         "causes": [
             {"key": c.key, "title": c.title, "switch": c.switch, "runs": len(per[c.key]),
              **_stats([e for _, e in per[c.key]])}
-            for c in CAUSES
+            for c in every
         ],
     }
 

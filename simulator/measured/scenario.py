@@ -144,16 +144,19 @@ def layout_in_doubt(defaults: Sequence[str]) -> bool:
 
 
 def map_run(
-    run: MeasuredRun, base: Mapping[str, Any] | None, overrides: Sequence[str] = ()
+    run: MeasuredRun, base: Mapping[str, Any] | None, overrides: Sequence[str] = (),
+    named_layouts: bool = True,
 ) -> Mapped:
     """The run's scenario (overrides applied last) or its refusal; InputError for a user
-    error (an unknown name, no base scenario for a file that needs one)."""
+    error (an unknown name, no base scenario for a file that needs one). `named_layouts`
+    False keeps a silicon row's layout columns where its run id names fewer GPUs
+    (id_layout.py; REPORT.md's ablation switches it off)."""
     defaults: list[str] = []
     if any(n.startswith(LAYOUT_CONTRADICTED) for n in run.notes):  # silicon.py's note
         _declare(defaults, LAYOUT_CONTRADICTED)
     try:
         if run.pools:
-            scenario = _silicon_scenario(run, defaults)
+            scenario = _silicon_scenario(run, defaults, named_layouts)
         else:
             if base is None:
                 raise InputError(
@@ -182,13 +185,15 @@ def _group(s: Mapping[str, Any]) -> tuple[str, str, str]:
     return (str(hw.get("gpu", "?")) if isinstance(hw, Mapping) else "?", str(engine), str(kind))
 
 
-def _silicon_scenario(run: MeasuredRun, defaults: list[str]) -> dict[str, Any]:
+def _silicon_scenario(run: MeasuredRun, defaults: list[str], named_layouts: bool = True
+                      ) -> dict[str, Any]:
     assert run.model is not None and run.gpu is not None and run.engine is not None
     _check_names(run)
     precision = _precision(run, defaults)
     conc = run.load.concurrency or 1
     recorded = run.pools
-    named = id_layout(run.run_id, recorded[0]) if run.mode == "agg" else None
+    named = (id_layout(run.run_id, recorded[0]) if run.mode == "agg" and named_layouts
+             else None)
     if named is not None:
         recorded = (named,)
         _declare(defaults, ID_LAYOUT)
