@@ -102,7 +102,7 @@ def test_attention_dp8_ep8_row_becomes_that_deployment(tmp_path: Path) -> None:
     }
     assert m.scenario["hardware"] == {"gpu": "b200", "gpus_per_node": 8, "nodes": 1}
     assert m.scenario["workload"] == {
-        # the clients start at random phases of their cycle (measured/scenario.py CLIENT_START)
+        # the clients start at random phases of their cycle (measured/workload_map.py CLIENT_START)
         "arrival": {"kind": "closed_loop", "concurrency": 64, "start": "random_phase"},
         "input_tokens": {"kind": "fixed", "value": 1024},
         "output_tokens": {"kind": "fixed", "value": 1024},

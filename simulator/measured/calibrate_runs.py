@@ -47,7 +47,8 @@ from simulator.measured.calibrate_comm import comm_parameters, with_collectives
 from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
 from simulator.measured.run import LAYOUT_CONTRADICTED
-from simulator.measured.scenario import WORKERS_GUESSED, Mapped, Unsupported
+from simulator.measured.scenario import WORKERS_GUESSED, Mapped
+from simulator.measured.workload_map import Unsupported
 from simulator.progress import Progress
 
 # The bounds around the shipped host-cost values the fit moves (host_costs.HOST_KEYS).

@@ -32,7 +32,7 @@ BURST_FIRST_OUTPUT = 16
 
 def burst_clients(scenario: dict[str, Any], warmup: int) -> int | None:
     """C, where the run's first measured round is a burst of C clients into an idle engine: a
-    closed loop reproduced at random phases (measured/scenario.py CLIENT_START) whose warm-up
+    closed loop reproduced at random phases (measured/workload_map.py CLIENT_START) whose warm-up
     is none or whole rounds, with at least two measured rounds; None otherwise."""
     wl = scenario.get("workload") or {}
     arrival = wl.get("arrival") or {}

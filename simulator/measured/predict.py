@@ -18,8 +18,9 @@ import numpy as np
 
 from simulator.measured.first_round import burst_clients, burst_ttft_s, with_first_round
 from simulator.measured.ordering import lengths_label
-from simulator.measured.scenario import Mapped, Unsupported
+from simulator.measured.scenario import Mapped
 from simulator.measured.steady import closed_loop, round_means_ms, steady_means_ms
+from simulator.measured.workload_map import Unsupported
 
 FAILED = "simulation failed"  # the reason of a run the engine gave up on (or whose worker died)
 

@@ -19,7 +19,10 @@ from simulator.errors import InputError
 from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
 from simulator.measured.id_layout import ID_LAYOUT, id_layout
-from simulator.measured.run import LAYOUT_CONTRADICTED, Load, MeasuredRun, Pool
+from simulator.measured.run import LAYOUT_CONTRADICTED, MeasuredRun, Pool
+from simulator.measured.workload_map import Unsupported
+from simulator.measured.workload_map import declare as _declare
+from simulator.measured.workload_map import workload as _workload
 
 ENGINE_STYLES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm"}
 # A P/D row without worker counts: its load per worker, so its TTFT and TPOT, is unknown; the
@@ -49,16 +52,6 @@ BENCH_BUDGET_MARGIN = 1500
 SGLANG_AGG_MIXED_CHUNK = True
 TRTLLM_TOKENS_PER_BLOCK = 32
 TRTLLM_FREE_MEMORY_FRACTION = 0.8
-# The benchmark's clients send their first requests together, but the engines it measures do not
-# stay in the lockstep that start leaves identical requests in, which the simulation would keep
-# (closed_form/client_phases.py, docs/closed-loops.md): the runs are reproduced from clients at
-# random phases of their request cycle.
-CLIENT_START = "random_phase"
-CLIENT_START_NOTE = ("closed-loop clients start at random phases of their request cycle (the "
-                     "measured engines show no lockstep of identical requests), the first "
-                     "measured round a burst of every client into the idle engine (the "
-                     "harness waits its warm-up out, then starts all clients at once; "
-                     "measured/first_round.py)")
 KV_CACHE_DEFAULT = "bf16"  # engines' `auto` KV dtype: the model's BF16 activations
 # NVFP4 rows run NVIDIA's ModelOpt NVFP4 checkpoints, whose hf_quant_config.json declares
 # "kv_cache_quant_algo": "FP8" (every one AIConfigurator ships in aic-core model_configs at
@@ -95,14 +88,6 @@ SGLANG_DSA_BLACKWELL_KV = "fp8"
 # requests of a 40-448-client loop could not give (35-122 s in the model).
 ATTENTION_DP_INFERRED = ("attention_dp_size not recorded; batch_size x tp_size = concurrency: "
                          "attention DP over the TP ranks (tp 1, adp tp_size)")
-
-
-class Unsupported(Exception):
-    """A run the simulator cannot express: `category` groups the count, the text says why."""
-
-    def __init__(self, category: str, detail: str) -> None:
-        super().__init__(category, detail)
-        self.category, self.detail = category, detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,43 +361,3 @@ def _version(run: MeasuredRun, defaults: list[str]) -> dict[str, str]:
     _declare(defaults, f"engine version {v!r} names no release: the newest release's defaults"
              if v else "engine version not recorded: the newest release's defaults")
     return {}
-
-
-def _workload(run: MeasuredRun, load: Load, defaults: list[str]) -> dict[str, Any]:
-    """The run's load as a scenario workload, warm-up requests included (scored apart)."""
-    rate = load.rate_per_s
-    if load.concurrency is not None and (rate is None or math.isinf(rate)):
-        arrival: dict[str, Any] = {"kind": "closed_loop", "concurrency": load.concurrency,
-                                   "start": CLIENT_START}
-        _declare(defaults, CLIENT_START_NOTE)
-    elif load.concurrency is not None:
-        raise Unsupported("rate capped by max_concurrency", f"request rate {rate}/s with at "
-                          f"most {load.concurrency} in flight: no arrival kind expresses both")
-    elif rate is None or math.isinf(rate):
-        arrival = {"kind": "offline"}
-    elif load.burstiness == 1.0:
-        arrival = {"kind": "poisson", "rate_per_s": rate}
-    else:
-        arrival = {"kind": "gamma", "rate_per_s": rate, "cv": 1 / math.sqrt(load.burstiness)}
-    return {
-        "arrival": arrival,
-        "input_tokens": _lengths(load.input_tokens, load.input_lengths, "input", defaults),
-        "output_tokens": _lengths(load.output_tokens, load.output_lengths, "output", defaults),
-        "num_requests": load.num_requests + load.warmup_requests,
-        "seed": 0,
-    }
-
-
-def _lengths(mean: float, values: tuple[int, ...] | None, what: str,
-             defaults: list[str]) -> dict[str, Any]:
-    if values is not None:
-        _declare(defaults, f"{what} lengths resampled from the recorded per-request lengths")
-        return {"kind": "empirical", "values": list(values)}
-    if mean != round(mean):
-        _declare(defaults, f"{what} lengths fixed at the recorded mean, rounded")
-    return {"kind": "fixed", "value": max(1, round(mean))}
-
-
-def _declare(defaults: list[str], text: str) -> None:
-    if text not in defaults:
-        defaults.append(text)
