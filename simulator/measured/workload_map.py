@@ -1,5 +1,5 @@
-"""A measured run's load as a scenario workload (measured/scenario.py maps the rest), and the
-declared-defaults list every mapping step adds to."""
+"""A measured run's load as a scenario workload (measured/scenario.py maps the rest), and what
+every mapping step shares: the declared-defaults list it adds to and the refusal it raises."""
 
 from __future__ import annotations
 
