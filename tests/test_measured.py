@@ -17,7 +17,8 @@ from click.testing import CliRunner
 import simulator
 from simulator.cli.app import main
 from simulator.measured.detect import detect_format, read_measurements
-from simulator.measured.scenario import LAYOUT_CONTRADICTED, WORKERS_GUESSED, map_run
+from simulator.measured.run import LAYOUT_CONTRADICTED
+from simulator.measured.scenario import WORKERS_GUESSED, map_run
 
 SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
 COLUMNS = [

@@ -13,8 +13,10 @@ import pytest
 import simulator
 from simulator.measured.detect import read_measurements
 from simulator.measured.id_layout import ID_LAYOUT, id_layout
-from simulator.measured.run import MeasuredRun, Pool
+from simulator.measured.run import LAYOUT_CONTRADICTED, MeasuredRun, Pool
 from simulator.measured.scenario import map_run
+from simulator.measured.silicon import NAMED_BY_TWIN
+from tests.test_measured import AGG_DP8, write_csv
 
 SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
 
@@ -92,3 +94,40 @@ def test_the_files_rows_decode_as_the_gpus_their_ids_name() -> None:
     as_named = statistics.median(_tpot_errors(runs, named=True))
     as_recorded = statistics.median(_tpot_errors(runs, named=False))
     assert as_named < 0.20 and as_recorded - as_named > 0.05, (as_named, as_recorded)
+
+
+def test_a_twin_rendering_takes_the_layout_the_other_names(tmp_path: Path) -> None:
+    # The file renders some runs twice: once named ..._tp4_ep4_n, once ..._cfgN, with the same
+    # columns (tp 16, moe 4 x 4) and the same measured digits. The name says what ran for both,
+    # so both map to 4 GPUs, neither contradicts the other, and the twin notes the row that
+    # named it. A third rendering under other columns (8 GPUs, as the 2026-03-25 ids write
+    # them) is the same measurement laid out otherwise: it and the named pair contradict.
+    named = {**AGG_DP8, "id": "2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c128_"
+             "tp4_ep4_1042", "isl": "8192", "concurrency": "128", "batch_size": "128",
+             "tp_size": "16", "attention_dp_size": "1", "moe_tp_size": "4", "moe_ep_size": "4",
+             "ttft_ms": "2629.24", "tpot_ms": "49.95"}
+    twin = {**named, "id": "dsr1_b200_sglang_fp4_agg_8192x1024_c128_cfg7"}
+    runs = read_measurements([write_csv(tmp_path / "r.csv", [named, twin])])
+    mapped = [map_run(r, None) for r in runs]
+    for m in mapped:
+        assert m.scenario is not None and ID_LAYOUT in m.defaults
+        dep = m.scenario["deployment"]
+        assert (dep["tensor_parallel"], dep["expert_parallel"]) == (4, 4)
+        assert m.scenario["hardware"]["nodes"] == 1
+        assert LAYOUT_CONTRADICTED not in m.defaults
+    assert any(n.startswith(NAMED_BY_TWIN) and "row 1" in n for n in runs[1].notes)
+    other = {**named, "id": "x_tp8_0_ep8_0_1", "tp_size": "8", "moe_tp_size": "1",
+             "moe_ep_size": "8"}
+    runs = read_measurements([write_csv(tmp_path / "s.csv", [named, twin, other])])
+    assert all(LAYOUT_CONTRADICTED in map_run(r, None).defaults for r in runs)
+
+
+def test_the_same_measurement_named_and_recorded_as_run_agrees(tmp_path: Path) -> None:
+    # Rows 468 and 1297 of the file: TensorRT-LLM DeepSeek-R1 FP8 on H200, 1024/1024, 16
+    # clients, TTFT 918.37 / TPOT 14.19 ms, written tp 8 x ep 8 (id ..._tp8_0_ep8_0_1257) and
+    # tp 64, moe 8 x 8 (id ..._tp8_ep8_955). Read as named, both are 8 GPUs: no contradiction.
+    rows = read_measurements([SILICON])
+    a, b = rows[467], rows[1296]
+    assert a.measured == b.measured and a.pools != b.pools
+    assert b.named_pools == a.pools
+    assert not any(n.startswith(LAYOUT_CONTRADICTED) for n in a.notes + b.notes)

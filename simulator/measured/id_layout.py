@@ -7,7 +7,9 @@ attention_dp_size = A x B GPUs (SGLang tp 16 for `tp4_ep4`, TensorRT-LLM tp 64 o
 while a worker of A GPUs with expert parallel B is what ran: on the 97 such rows the decode
 step of A GPUs (closed-form mean TPOT median |error| 17 %) and not of A x B (26 %; SGLang
 DeepSeek-R1 on B200, 8,192 in, 128 clients: measured 50 ms, A x B = 16 GPUs over two nodes
-109 ms, A = 4 GPUs 46 ms). The fifteen others record A GPUs and need nothing.
+109 ms, A = 4 GPUs 46 ms). The fifteen others record A GPUs and need nothing. A row that lists
+one of these measurements again under the same columns and a name that says nothing
+(`..._cfgN`) takes the same layout (silicon.py, named_pools).
 """
 
 from __future__ import annotations

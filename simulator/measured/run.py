@@ -84,6 +84,9 @@ class MeasuredRun:
     mode: str | None = None  # agg | disagg
     pools: tuple[Pool, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # The layout that ran where the row's name (or the name of another rendering of the same
+    # measurement) says its columns count otherwise (id_layout.py); None: the columns.
+    named_pools: tuple[Pool, ...] | None = None
 
     @property
     def where(self) -> str:

@@ -18,7 +18,7 @@ from simulator.engines.style import release_number
 from simulator.errors import InputError
 from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
-from simulator.measured.id_layout import ID_LAYOUT, id_layout
+from simulator.measured.id_layout import ID_LAYOUT
 from simulator.measured.run import LAYOUT_CONTRADICTED, MeasuredRun, Pool
 from simulator.measured.workload_map import Unsupported
 from simulator.measured.workload_map import declare as _declare
@@ -177,10 +177,8 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str], named_layouts: bool
     precision = _precision(run, defaults)
     conc = run.load.concurrency or 1
     recorded = run.pools
-    named = (id_layout(run.run_id, recorded[0]) if run.mode == "agg" and named_layouts
-             else None)
-    if named is not None:
-        recorded = (named,)
+    if named_layouts and run.named_pools is not None:  # silicon.py read what the id names
+        recorded = run.named_pools
         _declare(defaults, ID_LAYOUT)
     pools = [
         {**_pool(p, run.engine, precision, conc, defaults, label,

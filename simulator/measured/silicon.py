@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulator.errors import InputError
+from simulator.measured.id_layout import id_layout
 from simulator.measured.run import (
     LAYOUT_CONTRADICTED,
     Load,
@@ -32,6 +33,9 @@ ENGINES = ("vllm", "sglang", "trtllm")
 MODES = ("agg", "disagg")
 QUANT_MODES = ("", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo")
 PRECISIONS = ("", "bf16", "fp8", "fp4", "int4")
+# A run whose layout another rendering of the same measurement names (_name_layouts).
+NAMED_BY_TWIN = ("layout named by the run id of another row listing the same measurement "
+                 "under the same columns")
 MEASURED_PER_CONCURRENCY = 20  # AIConfigurator's sflow.py: 20 x concurrency requests scored
 
 REQUIRED = (
@@ -72,7 +76,7 @@ def read_silicon(path: Path) -> list[MeasuredRun]:
         raise InputError(f"{path}: not a readable CSV ({exc})") from None
     if not runs:
         raise InputError(f"{path}: no data rows")
-    return _mark_contradictions(runs)
+    return _mark_contradictions(_name_layouts(runs))
 
 
 def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
@@ -81,21 +85,50 @@ def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
     rendered two ways (the file also names some of these DeepSeek-R1 in one rendering and
     DeepSeek-V3 in the other, the same architecture), so the file leaves its layout in doubt. Each
     such run notes the rows that contradict it (scenario.py declares it; reports score it
-    apart, as they do P/D rows without worker counts)."""
+    apart, as they do P/D rows without worker counts). Layouts compare as the runs are mapped
+    (`named_pools` where a name says what ran), so two renderings of one measurement that
+    agree once read so do not contradict each other."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, r in enumerate(runs):
-        key = (r.engine, r.gpu, r.mode, r.load.input_tokens, r.load.output_tokens,
-               r.load.concurrency, tuple(sorted(r.measured.items())))
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(_measurement(r), []).append(i)
     out = list(runs)
+    layouts = [r.named_pools or r.pools for r in runs]
     for members in groups.values():
-        if len({runs[i].pools for i in members}) < 2:
+        if len({layouts[i] for i in members}) < 2:
             continue
         for i in members:
-            others = [runs[j] for j in members if runs[j].pools != runs[i].pools]
+            others = [runs[j] for j in members if layouts[j] != layouts[i]]
             rows = ", ".join(str(o.row) for o in others[:3])
             out[i] = replace(runs[i], notes=(*runs[i].notes,
                                             f"{LAYOUT_CONTRADICTED} (rows {rows})"))
+    return out
+
+
+def _measurement(r: MeasuredRun) -> tuple[object, ...]:
+    """What one measured run is, whatever layout a row writes it under."""
+    return (r.engine, r.gpu, r.mode, r.load.input_tokens, r.load.output_tokens,
+            r.load.concurrency, tuple(sorted(r.measured.items())))
+
+
+def _name_layouts(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """Each aggregated run's `named_pools` where its id names fewer GPUs than its columns
+    count (id_layout.py), and where another row lists the same measurement under the same
+    columns with such a name: the file renders some runs twice, once named `..._tp4_ep4_n`
+    and once `..._cfgN`, and the name says what ran for both."""
+    out = list(runs)
+    named_by: dict[tuple[object, ...], tuple[tuple[Pool, ...], tuple[Pool, ...], int]] = {}
+    for i, r in enumerate(runs):
+        if r.mode != "agg":
+            continue
+        pool = id_layout(r.run_id, r.pools[0])
+        if pool is not None:
+            out[i] = replace(r, named_pools=(pool,))
+            named_by.setdefault(_measurement(r), (r.pools, (pool,), r.row))
+    for i, r in enumerate(out):
+        found = named_by.get(_measurement(r)) if r.named_pools is None else None
+        if found is not None and found[0] == r.pools:
+            out[i] = replace(r, named_pools=found[1], notes=(
+                *r.notes, f"{NAMED_BY_TWIN} (row {found[2]})"))
     return out
 
 
