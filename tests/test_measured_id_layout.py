@@ -12,10 +12,9 @@ import pytest
 
 import simulator
 from simulator.measured.detect import read_measurements
-from simulator.measured.id_layout import ID_LAYOUT, id_layout
+from simulator.measured.id_layout import ID_LAYOUT, NAMED_BY_TWIN, id_layout
 from simulator.measured.run import LAYOUT_CONTRADICTED, MeasuredRun, Pool
 from simulator.measured.scenario import map_run
-from simulator.measured.silicon import NAMED_BY_TWIN
 from tests.test_measured import AGG_DP8, write_csv
 
 SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
@@ -131,3 +130,16 @@ def test_the_same_measurement_named_and_recorded_as_run_agrees(tmp_path: Path) -
     assert a.measured == b.measured and a.pools != b.pools
     assert b.named_pools == a.pools
     assert not any(n.startswith(LAYOUT_CONTRADICTED) for n in a.notes + b.notes)
+
+
+def test_a_nameless_rendering_takes_the_layout_a_consistent_name_records() -> None:
+    # Rows 1 and 1969 of the file: SGLang DeepSeek-R1 FP4 on B200, 1024/1024, 16 clients,
+    # TTFT 319.84 / TPOT 11.04 ms. Row 1 (..._tp8_0_ep8_0_257) records the 8 GPUs its id
+    # names, tp 8 x ep 8; row 1969 (..._cfg201) writes tp 64, moe 8 x 8 = 8 x 8 GPUs. The
+    # nameless one takes row 1's layout, batch included, and neither contradicts the other.
+    rows = read_measurements([SILICON])
+    named, twin = rows[0], rows[1968]
+    assert named.measured == twin.measured and twin.pools[0].gpus_per_worker == 64
+    assert named.named_pools is None and twin.named_pools == named.pools
+    assert any(n.startswith(NAMED_BY_TWIN) and "row 1)" in n for n in twin.notes)
+    assert not any(n.startswith(LAYOUT_CONTRADICTED) for n in named.notes + twin.notes)

@@ -7,9 +7,14 @@ attention_dp_size = A x B GPUs (SGLang tp 16 for `tp4_ep4`, TensorRT-LLM tp 64 o
 while a worker of A GPUs with expert parallel B is what ran: on the 97 such rows the decode
 step of A GPUs (closed-form mean TPOT median |error| 17 %) and not of A x B (26 %; SGLang
 DeepSeek-R1 on B200, 8,192 in, 128 clients: measured 50 ms, A x B = 16 GPUs over two nodes
-109 ms, A = 4 GPUs 46 ms). The fifteen others record A GPUs and need nothing. A row that lists
-one of these measurements again under the same columns and a name that says nothing
-(`..._cfgN`) takes the same layout (silicon.py, named_pools).
+109 ms, A = 4 GPUs 46 ms). The fifteen others record A GPUs and need nothing.
+
+The file renders some runs more than once, to the digit, and the renderings settle it: 13
+TensorRT-LLM DeepSeek-R1 H200 measurements appear under 2026-03-25 ids (`..._tp8_0_ep8_0_n`,
+whose columns record the 8 GPUs they name) and again under 2026-04-06 names with tp or adp 64;
+SGLang's DeepSeek-R1 B200 runs of rows 1-8 appear again as `..._cfg201` rows with tp 64 and
+moe 8 x 8. A row whose own id names nothing (`..._cfgN`) and whose columns count A x B GPUs for
+a measurement another row names as A GPUs takes the layout that row names (`name_layouts`).
 """
 
 from __future__ import annotations
@@ -17,15 +22,57 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from simulator.measured.run import Pool
+from simulator.measured.run import MeasuredRun, Pool
 
-# `..._tp4_ep4_1452`: the harness's name of a run (not `..._tp4_0_ep4_0_...`, whose rows record
-# their GPUs as named).
-_ID = re.compile(r"_tp(\d+)_ep(\d+)_\d+$")
+# The harness's names of a run: `..._tp4_ep4_1452` (2026-04-06) and `..._tp8_0_ep8_0_25`
+# (2026-03-25, whose rows record the GPUs they name).
+_ID = re.compile(r"_tp(\d+)_(?:0_)?ep(\d+)_(?:0_)?\d+$")
+# A run whose layout another rendering of the same measurement names (name_layouts).
+NAMED_BY_TWIN = ("layout named by the run id of another row listing the same measurement, "
+                 "whose columns count the GPUs ep times over")
 
 ID_LAYOUT = ("layout columns count the run id's tp x ep GPUs (tp_size x attention_dp_size = "
              "id tpA x epB): mapped as A GPUs with expert parallel B, the batch per "
              "attention-DP rank scaled to match")
+
+
+def named_size(run_id: str) -> tuple[int, int] | None:
+    """(GPUs, expert parallel) the run id names, or None where it names none."""
+    m = _ID.search(run_id)
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
+
+
+def measurement(r: MeasuredRun) -> tuple[object, ...]:
+    """What one measured run is, whatever layout or name a row writes it under."""
+    return (r.engine, r.gpu, r.mode, r.load.input_tokens, r.load.output_tokens,
+            r.load.concurrency, tuple(sorted(r.measured.items())))
+
+
+def name_layouts(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """Each aggregated run's `named_pools` where its id names fewer GPUs than its columns
+    count, and where another row names the same measurement's layout (its columns agreeing
+    with its name, or undone by id_layout) while this row's own id names nothing and its
+    columns count that layout's GPUs times its expert parallel (module doc)."""
+    out = list(runs)
+    ran: dict[tuple[object, ...], tuple[tuple[Pool, ...], int, int]] = {}
+    for i, r in enumerate(runs):
+        size = named_size(r.run_id) if r.mode == "agg" else None
+        if size is None:
+            continue
+        pool = id_layout(r.run_id, r.pools[0])
+        if pool is not None:
+            out[i] = replace(r, named_pools=(pool,))
+            ran.setdefault(measurement(r), ((pool,), r.row, size[0] * size[1]))
+        elif r.pools[0].gpus_per_worker == size[0] and size[1] > 1:
+            ran.setdefault(measurement(r), (r.pools, r.row, size[0] * size[1]))
+    for i, r in enumerate(out):
+        if r.mode != "agg" or named_size(r.run_id) is not None:
+            continue
+        found = ran.get(measurement(r))
+        if found is not None and r.pools[0].gpus_per_worker == found[2]:
+            out[i] = replace(r, named_pools=found[0],
+                             notes=(*r.notes, f"{NAMED_BY_TWIN} (row {found[1]})"))
+    return out
 
 
 def id_layout(run_id: str, pool: Pool) -> Pool | None:

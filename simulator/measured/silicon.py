@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulator.errors import InputError
-from simulator.measured.id_layout import id_layout
+from simulator.measured.id_layout import measurement, name_layouts
 from simulator.measured.run import (
     LAYOUT_CONTRADICTED,
     Load,
@@ -33,9 +33,6 @@ ENGINES = ("vllm", "sglang", "trtllm")
 MODES = ("agg", "disagg")
 QUANT_MODES = ("", "bf16", "fp8", "fp8_block", "nvfp4", "int4_wo")
 PRECISIONS = ("", "bf16", "fp8", "fp4", "int4")
-# A run whose layout another rendering of the same measurement names (_name_layouts).
-NAMED_BY_TWIN = ("layout named by the run id of another row listing the same measurement "
-                 "under the same columns")
 MEASURED_PER_CONCURRENCY = 20  # AIConfigurator's sflow.py: 20 x concurrency requests scored
 
 REQUIRED = (
@@ -76,7 +73,7 @@ def read_silicon(path: Path) -> list[MeasuredRun]:
         raise InputError(f"{path}: not a readable CSV ({exc})") from None
     if not runs:
         raise InputError(f"{path}: no data rows")
-    return _mark_contradictions(_name_layouts(runs))
+    return _mark_contradictions(name_layouts(runs))
 
 
 def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
@@ -90,7 +87,7 @@ def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
     agree once read so do not contradict each other."""
     groups: dict[tuple[object, ...], list[int]] = {}
     for i, r in enumerate(runs):
-        groups.setdefault(_measurement(r), []).append(i)
+        groups.setdefault(measurement(r), []).append(i)
     out = list(runs)
     layouts = [r.named_pools or r.pools for r in runs]
     for members in groups.values():
@@ -101,34 +98,6 @@ def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
             rows = ", ".join(str(o.row) for o in others[:3])
             out[i] = replace(runs[i], notes=(*runs[i].notes,
                                             f"{LAYOUT_CONTRADICTED} (rows {rows})"))
-    return out
-
-
-def _measurement(r: MeasuredRun) -> tuple[object, ...]:
-    """What one measured run is, whatever layout a row writes it under."""
-    return (r.engine, r.gpu, r.mode, r.load.input_tokens, r.load.output_tokens,
-            r.load.concurrency, tuple(sorted(r.measured.items())))
-
-
-def _name_layouts(runs: list[MeasuredRun]) -> list[MeasuredRun]:
-    """Each aggregated run's `named_pools` where its id names fewer GPUs than its columns
-    count (id_layout.py), and where another row lists the same measurement under the same
-    columns with such a name: the file renders some runs twice, once named `..._tp4_ep4_n`
-    and once `..._cfgN`, and the name says what ran for both."""
-    out = list(runs)
-    named_by: dict[tuple[object, ...], tuple[tuple[Pool, ...], tuple[Pool, ...], int]] = {}
-    for i, r in enumerate(runs):
-        if r.mode != "agg":
-            continue
-        pool = id_layout(r.run_id, r.pools[0])
-        if pool is not None:
-            out[i] = replace(r, named_pools=(pool,))
-            named_by.setdefault(_measurement(r), (r.pools, (pool,), r.row))
-    for i, r in enumerate(out):
-        found = named_by.get(_measurement(r)) if r.named_pools is None else None
-        if found is not None and found[0] == r.pools:
-            out[i] = replace(r, named_pools=found[1], notes=(
-                *r.notes, f"{NAMED_BY_TWIN} (row {found[2]})"))
     return out
 
 
