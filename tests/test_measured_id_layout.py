@@ -12,7 +12,7 @@ import pytest
 
 import simulator
 from simulator.measured.detect import read_measurements
-from simulator.measured.id_layout import ID_LAYOUT, NAMED_BY_TWIN, id_layout
+from simulator.measured.id_layout import ID_LAYOUT, NAMED_BY_TWIN, id_layout, named_size
 from simulator.measured.run import LAYOUT_CONTRADICTED, MeasuredRun, Pool
 from simulator.measured.scenario import map_run
 from tests.test_measured import AGG_DP8, write_csv
@@ -20,11 +20,17 @@ from tests.test_measured import AGG_DP8, write_csv
 SILICON = Path(__file__).resolve().parents[2] / "shared" / "reference" / "silicon_calibration.csv"
 
 
+def _as_named(run_id: str, pool: Pool) -> Pool | None:
+    """The pool a row's id names, the way the reader asks (named_size, then id_layout)."""
+    size = named_size(run_id)
+    return None if size is None else id_layout(size, pool)
+
+
 def test_sglang_tp16_named_tp4_ep4_is_four_gpus() -> None:
     # Row 833: SGLang 0.5.9 DeepSeek-R1 on B200, tp 16, moe_tp 4, moe_ep 4, id ..._tp4_ep4_1042:
     # 16 = 4 x 4 GPUs recorded, 4 named -> TP 4, EP 4 (moe_tp 4 / 4 = 1), batch as recorded.
     pool = Pool(16, 1, 1, 4, 4, None, 128)
-    assert id_layout("2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c128_tp4_ep4_1042",
+    assert _as_named("2026_04_06_deepseek_r1_b200_sxm_sglang_fp4_agg_8192x1024_c128_tp4_ep4_1042",
                      pool) == Pool(4, 1, 1, 1, 4, None, 128)
 
 
@@ -32,7 +38,7 @@ def test_trtllm_adp16_named_tp4_ep4_keeps_every_client_running() -> None:
     # Row 889: TensorRT-LLM tp 1, adp 16, moe 4 x 4, batch 8 at 128 clients (128 = 8 x 16):
     # attention DP gives up the factor 4 -> adp 4, and each rank holds 8 x 16 / 4 = 32.
     pool = Pool(1, 1, 16, 4, 4, None, 8)
-    assert id_layout("2026_04_06_deepseek_r1_b200_sxm_trtllm_fp4_agg_1024x1024_c128_tp4_ep4_958",
+    assert _as_named("2026_04_06_deepseek_r1_b200_sxm_trtllm_fp4_agg_1024x1024_c128_tp4_ep4_958",
                      pool) == Pool(1, 1, 4, 1, 4, None, 32)
 
 
@@ -41,7 +47,7 @@ def test_vllm_tp4_adp4_ep16_named_tp4_ep4() -> None:
     # adp 4 / 4 = 1, TP 4, EP 4, batch 4 x 4 = 16.
     pool = Pool(4, 1, 4, 1, 16, None, 4)
     run_id = "2026_04_06_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c16_tp4_ep4_1397"
-    assert id_layout(run_id, pool) == Pool(4, 1, 1, 1, 4, None, 16)
+    assert _as_named(run_id, pool) == Pool(4, 1, 1, 1, 4, None, 16)
 
 
 @pytest.mark.parametrize(("run_id", "pool"), [
@@ -57,7 +63,7 @@ def test_vllm_tp4_adp4_ep16_named_tp4_ep4() -> None:
     ("row-7", Pool(16, 1, 1, 4, 4, None, 8)),  # no name at all
 ])
 def test_rows_that_record_what_they_name_are_left_alone(run_id: str, pool: Pool) -> None:
-    assert id_layout(run_id, pool) is None
+    assert _as_named(run_id, pool) is None
 
 
 def _tpot_errors(runs: list[MeasuredRun], named: bool) -> list[float]:

@@ -4,9 +4,10 @@ off at a time (REPORT.md's measured-runs section, `frontier validate --write-rep
 
 A switch goes through the path the model itself uses: a mapped run's scenario (the token
 budgets the benchmark deployed with, the KV-cache format of pre-quantized checkpoints), its
-GPU profile (the MXFP4 MoE kernels' token tile) or its engine (MiniMax-M2's q/k norm, the
-request latency). Scored with the estimate, which the calibration iterates on; the
-simulation's figures are accuracy.yaml's.
+GPU profile (the MXFP4 MoE kernels' token tile), its engine (MiniMax-M2's q/k norm, the
+request latency) or, for what the mapping reads off a row (the layout a run id names), the
+mapping itself, run again without it (MappingCause). Scored with the estimate, which the
+calibration iterates on; the simulation's figures are accuracy.yaml's.
 """
 
 from __future__ import annotations

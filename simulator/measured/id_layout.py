@@ -54,19 +54,19 @@ def name_layouts(runs: list[MeasuredRun]) -> list[MeasuredRun]:
     with its name, or undone by id_layout) while this row's own id names nothing and its
     columns count that layout's GPUs times its expert parallel (module doc)."""
     out = list(runs)
+    sizes = [named_size(r.run_id) if r.mode == "agg" else None for r in runs]
     ran: dict[tuple[object, ...], tuple[tuple[Pool, ...], int, int]] = {}
-    for i, r in enumerate(runs):
-        size = named_size(r.run_id) if r.mode == "agg" else None
+    for i, (r, size) in enumerate(zip(runs, sizes, strict=True)):
         if size is None:
             continue
-        pool = id_layout(r.run_id, r.pools[0])
+        pool = id_layout(size, r.pools[0])
         if pool is not None:
             out[i] = replace(r, named_pools=(pool,))
             ran.setdefault(measurement(r), ((pool,), r.row, size[0] * size[1]))
         elif r.pools[0].gpus_per_worker == size[0] and size[1] > 1:
             ran.setdefault(measurement(r), (r.pools, r.row, size[0] * size[1]))
-    for i, r in enumerate(out):
-        if r.mode != "agg" or named_size(r.run_id) is not None:
+    for i, (r, size) in enumerate(zip(runs, sizes, strict=True)):
+        if r.mode != "agg" or size is not None:
             continue
         found = ran.get(measurement(r))
         if found is not None and r.pools[0].gpus_per_worker == found[2]:
@@ -75,14 +75,14 @@ def name_layouts(runs: list[MeasuredRun]) -> list[MeasuredRun]:
     return out
 
 
-def id_layout(run_id: str, pool: Pool) -> Pool | None:
-    """The pool the run id names when the row's columns count its GPUs ep times over (module
-    doc), else None. Attention DP gives up the factor first, then TP; the recorded batch is per
-    recorded attention-DP rank (concurrency = batch x adp), so it grows by what DP gave up."""
-    m = _ID.search(run_id)
-    if m is None or pool.pipeline_parallel != 1:
+def id_layout(size: tuple[int, int], pool: Pool) -> Pool | None:
+    """The pool a run id naming `size` (GPUs, expert parallel; named_size) says ran when the
+    row's columns count its GPUs ep times over (module doc), else None. Attention DP gives up
+    the factor first, then TP; the recorded batch is per recorded attention-DP rank
+    (concurrency = batch x adp), so it grows by what DP gave up."""
+    if pool.pipeline_parallel != 1:
         return None
-    gpus, ep = int(m.group(1)), int(m.group(2))
+    gpus, ep = size
     adp = pool.attention_data_parallel or 1
     if ep == 1 or pool.tensor_parallel * adp != gpus * ep:
         return None

@@ -177,7 +177,7 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str], named_layouts: bool
     precision = _precision(run, defaults)
     conc = run.load.concurrency or 1
     recorded = run.pools
-    if named_layouts and run.named_pools is not None:  # silicon.py read what the id names
+    if named_layouts and run.named_pools is not None:  # the reader's id_layout.name_layouts
         recorded = run.named_pools
         _declare(defaults, ID_LAYOUT)
     pools = [
