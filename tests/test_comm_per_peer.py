@@ -127,13 +127,13 @@ def test_the_overlay_applies_it_as_the_deployments_overhead(overlay: Path) -> No
 
 def test_the_deployment_overrides_the_style_which_overrides_the_profile() -> None:
     from simulator.inputs.deployment import Overhead
-    from simulator.serving.engine_build import _with_engine_collectives
+    from simulator.serving.engine_hardware import with_engine_collectives
 
     hw = dataclasses.replace(load_hardware("h100-sxm"), allreduce_latency_per_peer_s=1e-6)
-    assert _with_engine_collectives(hw, None, None) is hw
-    assert _with_engine_collectives(hw, 2e-6, None).allreduce_latency_per_peer_s == 2e-6
-    both = _with_engine_collectives(hw, 2e-6, Overhead(allreduce_latency_per_peer_s=3e-6))
+    assert with_engine_collectives(hw, None, None) is hw
+    assert with_engine_collectives(hw, 2e-6, None).allreduce_latency_per_peer_s == 2e-6
+    both = with_engine_collectives(hw, 2e-6, Overhead(allreduce_latency_per_peer_s=3e-6))
     assert both.allreduce_latency_per_peer_s == 3e-6
     # an overhead that sets other keys only keeps the style's
-    other = _with_engine_collectives(hw, 2e-6, Overhead(step_s=0.001))
+    other = with_engine_collectives(hw, 2e-6, Overhead(step_s=0.001))
     assert other.allreduce_latency_per_peer_s == 2e-6

@@ -13,7 +13,7 @@ import simulator
 from simulator.cost.gemm import gemm_kernel_s, gemm_rates
 from simulator.engines.style import engine_style
 from simulator.hardware.profile import load_hardware
-from simulator.serving.engine_build import _with_engine_fp4_gemms
+from simulator.serving.engine_hardware import with_engine_fp4_gemms
 
 
 def test_styles_say_which_engines_split_fp4_k() -> None:
@@ -41,7 +41,7 @@ def test_a_decode_gemm_of_few_tiles_splits_its_k_loop() -> None:
     unsplit = gemm_kernel_s(hw, unsplit_rates, m, n, k, 1, weight_bytes, weight_bytes)
     assert unsplit.serial and unsplit.time_s == pytest.approx(tile_s + memory_s, rel=1e-9)
 
-    split_hw = _with_engine_fp4_gemms(hw, True)
+    split_hw = with_engine_fp4_gemms(hw, True)
     split_rates = gemm_rates(split_hw, "fp4")
     split = gemm_kernel_s(split_hw, split_rates, m, n, k, 1, weight_bytes, weight_bytes)
     half_tile_s = 2 * 128 * 128 * (k // 2) / per_sm + split_rates.tile_fixed_s
@@ -52,7 +52,7 @@ def test_a_decode_gemm_of_few_tiles_splits_its_k_loop() -> None:
     assert gemm_rates(split_hw, "fp4", rows_per_group=1, grouped=True).split_k is False
     # the other classes and every other profile value are untouched
     assert dataclasses.replace(split_hw, gemm_classes=hw.gemm_classes) == hw
-    assert _with_engine_fp4_gemms(hw, None) is hw and _with_engine_fp4_gemms(hw, False) is hw
+    assert with_engine_fp4_gemms(hw, None) is hw and with_engine_fp4_gemms(hw, False) is hw
 
 
 def _llama70b_b200(engine: str, weights: str) -> dict[str, Any]:

@@ -124,13 +124,13 @@ def test_section_scores_every_cause(tmp_path: Path) -> None:
     assert set(result["groups"]) == {"b200 sglang aggregated", "h100-sxm vllm aggregated",
                                      "b200 vllm aggregated"}
     assert [c["key"] for c in result["causes"]] == ["b1", "b2", "b3", "b4", "b5", "b6", "b7",
-                                                     "b8", "b9"]
+                                                     "b8", "b9", "b10"]
     # The token tile moves the gpt-oss run's TPOT (2 rows per expert at 64 sequences).
     on, tile_off = result["overall"]["tpot.mean"], result["causes"][2]["tpot.mean"]
     assert on != tile_off
     lines = measured_markdown(result, "r.csv")
     assert lines[0] == "## Measured runs of real engines, cause by cause"
-    assert sum(ln.startswith("| b") for ln in lines) == 9 + 2  # 9 causes, 2 b200 groups
+    assert sum(ln.startswith("| b") for ln in lines) == 10 + 2  # 10 causes, 2 b200 groups
     # The request latency moves TTFT most: it holds no engine step, so TPOT moves only as the
     # closed loop's clients, waiting out the latency, keep fewer requests in the engine.
     on_all, latency_off = result["overall"], result["causes"][6]
@@ -156,3 +156,31 @@ def test_the_layout_a_run_id_names_is_a_cause_of_its_own(tmp_path: Path) -> None
     on = result["overall"]["tpot.mean"]["median_signed_error"]
     off = b9["tpot.mean"]["median_signed_error"]
     assert b9["runs"] == 1 and off > on + 0.5, (on, off)
+
+
+def test_the_fp8_moe_path_switch_moves_only_fp8_moe_runs(tmp_path: Path) -> None:
+    """b10 sets every pool's overhead.moe_fp8_block_fixed_s to 0: an SGLang DeepSeek-R1 FP8
+    run (61 layers, 58 of them MoE) decodes faster without its engine's FP8 path, by 58 x
+    SGLang's fitted value a step; the NVFP4 run and the dense run do not move."""
+    from simulator.engines.style import engine_style
+
+    fp8 = {**AGG_DP8, "id": "fp8", "precision": "fp8", "gemm_quant_mode": "fp8",
+           "moe_quant_mode": "fp8_block"}
+    result = measured_ablation(write_csv(tmp_path / "one.csv", [fp8]))
+    b10 = next(c for c in result["causes"] if c["key"] == "b10")
+    on, off = result["overall"]["tpot.mean"], b10["tpot.mean"]
+    assert off["median_signed_error"] < on["median_signed_error"] - 0.05  # faster: lower
+    s_fp8, s_fp4, s_dense = _scenarios(tmp_path, [fp8, AGG_DP8, DENSE])
+    switched = SWITCH["b10"].scenario(s_fp8)
+    assert switched["deployment"]["overhead"] == {"moe_fp8_block_fixed_s": 0.0}
+    assert "overhead" not in s_fp8["deployment"]  # the switch copies, never mutates
+
+    import simulator
+
+    def tpot(s: dict) -> float:
+        return simulator.estimate(simulator.load_scenario(s)).tpot_p50_s
+
+    per_step = 58 * engine_style("sglang").moe_fp8_block_fixed_s
+    assert tpot(s_fp8) - tpot(switched) == pytest.approx(per_step, rel=0.05)
+    for s in (s_fp4, s_dense):
+        assert tpot(SWITCH["b10"].scenario(s)) == tpot(s)

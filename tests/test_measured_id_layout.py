@@ -79,8 +79,10 @@ def _tpot_errors(runs: list[MeasuredRun], named: bool) -> list[float]:
 def test_the_files_rows_decode_as_the_gpus_their_ids_name() -> None:
     # Every 2026-04-06 aggregated row named tpA_epB with B > 1 whose columns count A x B GPUs
     # (97 of the file's 3,028) maps to A GPUs and declares it; scored on the closed-form
-    # estimate, their mean TPOT is nearer as A GPUs than as the columns' A x B (at this
-    # change: median |error| 17.2 % against 26.0 %).
+    # estimate, their mean TPOT is nearer as A GPUs than as the columns' A x B: at this
+    # change median |error| 17.2 % against 26.0 %; since the engines' FP8 MoE path
+    # (engine_styles.yaml moe_fp8_block_fixed_us), which both readings pay, 12.2 % against
+    # 14.6 %, p90 46 % against 65 %, nearer on 64 of the 97 runs.
     named = re.compile(r"^2026_04_06_.*_tp(\d+)_ep(\d+)_\d+$")
     runs = []
     for run in read_measurements([SILICON]):
@@ -96,9 +98,13 @@ def test_the_files_rows_decode_as_the_gpus_their_ids_name() -> None:
         assert dep["expert_parallel"] == int(m.group(2))
         runs.append(run)
     assert len(runs) == 97
-    as_named = statistics.median(_tpot_errors(runs, named=True))
-    as_recorded = statistics.median(_tpot_errors(runs, named=False))
-    assert as_named < 0.20 and as_recorded - as_named > 0.05, (as_named, as_recorded)
+    named_err, recorded_err = _tpot_errors(runs, named=True), _tpot_errors(runs, named=False)
+    as_named, as_recorded = statistics.median(named_err), statistics.median(recorded_err)
+    assert as_named < 0.20 and as_named < as_recorded, (as_named, as_recorded)
+    nearer = sum(a < b for a, b in zip(named_err, recorded_err, strict=True))
+    assert nearer >= 0.6 * len(runs), nearer
+    p90 = int(0.9 * (len(runs) - 1))
+    assert sorted(named_err)[p90] < sorted(recorded_err)[p90] - 0.10
 
 
 def test_a_twin_rendering_takes_the_layout_the_other_names(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """A calibration overlay's engine-style values applied to a scenario: each engine type (the
 deployment, or each P/D pool) that sets no `overhead` of its own gets its engine style's fitted
-per-step and per-sequence cost, per-request latency, all-reduce per-peer latency and the rounds a
-closed loop's start-up burst lasts, as scenario overrides. One rule for `simulate`, `estimate`,
-`sweep` and `lesson` under `--calibration`."""
+per-step and per-sequence cost, per-request latency, all-reduce per-peer latency, FP8 MoE path
+latency and the rounds a closed loop's start-up burst lasts, as scenario overrides. One rule
+for `simulate`, `estimate`, `sweep` and `lesson` under `--calibration`."""
 
 from __future__ import annotations
 
@@ -20,12 +20,20 @@ HOST_KEYS = ("cpu_step_us", "cpu_per_seq_us", "request_latency_us")
 # launch included.
 COMM_KEY = "allreduce_latency_per_peer_us"
 COMM_BOUNDS_US = (0.0, 10.0)
+# An engine style's FP8 MoE expert path (`--fit moe`): fixed latency per MoE layer beyond the
+# GPU profile's grouped block (serving/engine_hardware.py), microseconds. Bounds: 0 (the
+# profile's fused path) to 200 us a layer, 12 ms a decode step on a 60-layer model.
+MOE_KEY = "moe_fp8_block_fixed_us"
+MOE_BOUNDS_US = (0.0, 200.0)
+# The deployment overhead field (seconds) and EngineStyle field (seconds) of each kernel key.
+KERNEL_OVERHEAD_FIELDS = {COMM_KEY: "allreduce_latency_per_peer_s",
+                          MOE_KEY: "moe_fp8_block_fixed_s"}
 # How many rounds of a closed loop the start-up burst's queue sets TTFT for in an engine
 # (`--fit burst`, docs/closed-loops.md), a count of rounds within the style's own range.
 BURST_KEY = "closed_loop_burst_rounds"
 BURST_BOUNDS = BURST_ROUNDS_RANGE
 # Every engine-style key an overlay may set (what host_costs collects).
-STYLE_KEYS = (*HOST_KEYS, COMM_KEY, BURST_KEY)
+STYLE_KEYS = (*HOST_KEYS, COMM_KEY, MOE_KEY, BURST_KEY)
 # engine style -> {key of STYLE_KEYS: its value (microseconds; BURST_KEY in rounds)}
 HostCosts = Mapping[str, Mapping[str, float]]
 
@@ -60,9 +68,9 @@ def overhead_overrides(scenario: Any, costs: HostCosts) -> list[tuple[str, float
         if "request_latency_us" in fitted:
             out.append((f"{prefix}.overhead.request_latency_s",
                         fitted["request_latency_us"] * 1e-6))
-        if COMM_KEY in fitted:
-            out.append((f"{prefix}.overhead.allreduce_latency_per_peer_s",
-                        fitted[COMM_KEY] * 1e-6))
+        for key, field in KERNEL_OVERHEAD_FIELDS.items():
+            if key in fitted:
+                out.append((f"{prefix}.overhead.{field}", fitted[key] * 1e-6))
         if BURST_KEY in fitted:
             out.append((f"{prefix}.overhead.burst_rounds", fitted[BURST_KEY]))
     return out

@@ -1,9 +1,9 @@
 """`frontier calibrate FILE... --out CALIBRATION.yaml`: fit the engine styles' host costs
 (cpu_step_us, cpu_per_seq_us, request_latency_us; with `--fit comm` the all-reduce per-peer
-latency) and, with `--fit host,gpu`, the GPU profiles' GEMM streaming fractions to measured
-runs through the closed-form estimate, report the held-out errors of a grouped k-fold
-cross-validation before and after, and write the overlay that `simulate --calibration` and
-`estimate --calibration` apply."""
+latency, with `--fit moe` the FP8 MoE path's fixed latency) and, with `--fit host,gpu`, the GPU
+profiles' GEMM streaming fractions to measured runs through the closed-form estimate, report
+the held-out errors of a grouped k-fold cross-validation before and after, and write the
+overlay that `simulate --calibration` and `estimate --calibration` apply."""
 
 from __future__ import annotations
 
@@ -57,7 +57,10 @@ def _signed(v: float | None) -> str:
               "each GEMM kernel class that at least 20 runs of 3 configurations run through, "
               "within [0.2, 0.95] of HBM peak; decode TPOT sees it. comm: each engine style's "
               "allreduce_latency_per_peer_us, what each GPU beyond two adds to a small "
-              "all-reduce's latency with its kernels (0-10 us); decode TPOT sees it. Host "
+              "all-reduce's latency with its kernels (0-10 us); decode TPOT sees it. moe: "
+              "each engine style's moe_fp8_block_fixed_us, the fixed time per MoE layer its "
+              "FP8 expert path adds to the GPU profile's grouped block (0-200 us); decode "
+              "TPOT sees it. Host "
               "costs, latencies and burst rounds are fitted first, on every run; the others "
               "then fit only what they leave on TPOT. Example: --fit host,gpu.")
 @click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,

@@ -74,6 +74,11 @@ class _StyleFile(BaseModel):
     # collective's latency (cost/comm.py), replacing the GPU profile's
     # efficiency.allreduce_latency_per_peer_us. None: the profile's.
     allreduce_latency_per_peer_us: Annotated[float, Field(ge=0, le=1000)] | None = None
+    # The engine's FP8 MoE expert path: fixed latency per MoE layer beyond the GPU profile's
+    # gemm_classes.grouped.block_fixed_us (which is fitted to TensorRT-LLM's fused MoE kernels),
+    # for FP8 expert weights only: the kernels an engine launches around its FP8 grouped GEMMs
+    # (activation quantization, token sort, activation, reduce). None: unknown (0).
+    moe_fp8_block_fixed_us: Annotated[float, Field(ge=0, le=10_000)] | None = None
     # Whether the engine's dense block-scaled FP4 GEMMs split K when a launch has fewer output
     # tiles than SMs (an autotuned tactic per shape), in place of the GPU profile's
     # gemm_classes.fp4_block_scaled.split_k (MoE expert GEMMs keep it). None: the profile's.
@@ -260,6 +265,8 @@ class EngineStyle:
     # Per GPU beyond two on a small collective's latency (the engine's all-reduce kernels);
     # None: the GPU profile's value.
     allreduce_latency_per_peer_s: float | None = None
+    # Per MoE layer with FP8 experts, on top of the GPU profile's block fixed (see _StyleFile).
+    moe_fp8_block_fixed_s: float = 0.0
     fp4_gemm_split_k: bool | None = None  # None: the GPU profile's (see _StyleFile)
     # Rounds the start-up burst of a closed loop stands for (see _StyleFile).
     closed_loop_burst_rounds: float = 1.0
@@ -402,5 +409,6 @@ def _style(name: str, f: _StyleFile) -> EngineStyle:
         state_pool_share=None if ratio is None else ratio / (1.0 + ratio),
         allreduce_latency_per_peer_s=(None if f.allreduce_latency_per_peer_us is None
                                       else f.allreduce_latency_per_peer_us * 1e-6),
+        moe_fp8_block_fixed_s=(f.moe_fp8_block_fixed_us or 0.0) * 1e-6,
         **{key: getattr(f, key) for key in _same_keys()},
     )

@@ -145,9 +145,9 @@ class Scheduler(_Strict):
 
 class Overhead(_Strict):
     """The engine's costs outside the GPU profile: per-step host time, per-request latency, its
-    all-reduce kernels' per-peer latency and how many rounds a closed loop's start-up burst
-    lasts in it; each key given overrides the chosen engine style's value (one left out keeps
-    it)."""
+    all-reduce kernels' per-peer latency, its FP8 MoE path's fixed latency and how many rounds
+    a closed loop's start-up burst lasts in it; each key given overrides the chosen engine
+    style's value (one left out keeps it)."""
 
     # Host (CPU) time per engine step, seconds.
     step_s: Annotated[float, Field(ge=0)] | None = None
@@ -159,6 +159,9 @@ class Overhead(_Strict):
     # What each GPU beyond two adds to a small all-reduce's latency with this engine's
     # kernels, seconds (cost/comm.py; replaces the style's and the GPU profile's value).
     allreduce_latency_per_peer_s: Annotated[float, Field(ge=0, le=1e-3)] | None = None
+    # Fixed latency per MoE layer of this engine's FP8 expert path beyond the GPU profile's
+    # grouped block_fixed_us, seconds (replaces the style's moe_fp8_block_fixed_us).
+    moe_fp8_block_fixed_s: Annotated[float, Field(ge=0, le=1e-2)] | None = None
     # Rounds of a closed loop whose TTFT its start-up burst's queue sets, as this engine
     # disperses the train of arrivals the burst leaves (replaces the style's
     # closed_loop_burst_rounds; docs/closed-loops.md).

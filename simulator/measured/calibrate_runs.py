@@ -30,8 +30,8 @@ from simulator.calibration.gpu_factors import gpu_parameters, parameter_name, st
 from simulator.calibration.host_costs import (
     BURST_BOUNDS,
     BURST_KEY,
-    COMM_KEY,
     HOST_KEYS,
+    KERNEL_OVERHEAD_FIELDS,
     STYLE_KEYS,
 )
 from simulator.calibration.params import (
@@ -43,7 +43,7 @@ from simulator.calibration.params import (
     Target,
 )
 from simulator.calibration.stages import Stage
-from simulator.measured.calibrate_comm import comm_parameters, with_collectives
+from simulator.measured.calibrate_kernels import kernel_parameters, with_engine_kernels
 from simulator.measured.estimate_pool import EstimatePool
 from simulator.measured.predict import REFUSAL_CATEGORY
 from simulator.measured.run import LAYOUT_CONTRADICTED
@@ -94,14 +94,15 @@ class RunProblem:
     def stages(self) -> tuple[Stage, ...]:
         """Host costs on every row first, then each GPU's factors on TPOT rows (decode, where
         the step is memory-bound) with the host costs held (calibration/stages.py); the
-        engines' all-reduce per-peer latencies (comm) likewise on TPOT rows. A GPU's
+        engines' kernel values (comm, moe) likewise on TPOT rows. A GPU's
         factors move only its own runs, so fitting GPUs one at a time is the same least-squares
         problem as fitting them together, and each stops when it has converged."""
-        host = tuple(p for p in self.params
-                     if p.target.kind == "engine_style" and p.target.key != COMM_KEY)
-        # An engine's all-reduce latency shows in the decode step, as a GPU factor does.
-        comm = tuple(p for p in self.params
-                     if p.target.kind == "engine_style" and p.target.key == COMM_KEY)
+        host = tuple(p for p in self.params if p.target.kind == "engine_style"
+                     and p.target.key not in KERNEL_OVERHEAD_FIELDS)
+        # An engine's kernel values (all-reduce latency, FP8 MoE path) show in the decode
+        # step, as a GPU factor does.
+        comm = tuple(p for p in self.params if p.target.kind == "engine_style"
+                     and p.target.key in KERNEL_OVERHEAD_FIELDS)
         by_gpu: dict[str, list[FreeParameter]] = {}
         for p in self.params:
             if p.target.kind == "hardware":
@@ -246,7 +247,7 @@ def _estimate(prep: _Prepared, values: Mapping[str, float]) -> tuple[float, floa
     from simulator.closed_form.scenario import estimate
 
     try:
-        engine = _rebuilt(_with_collectives(prep, values), values)
+        engine = _rebuilt(_with_engine_kernels(prep, values), values)
         if prep.styles:
             engine = _restyled(engine, values)
         est = estimate(prep.scenario, engine, prep.stream)
@@ -255,10 +256,10 @@ def _estimate(prep: _Prepared, values: Mapping[str, float]) -> tuple[float, floa
     return float(est.ttft_mean_s), float(est.tpot_p50_s)
 
 
-def _with_collectives(prep: _Prepared, values: Mapping[str, float]) -> _Prepared:
-    """The run with its styles' all-reduce per-peer latency from `values` (calibrate_comm.py);
-    its engine is then rebuilt (engine None), or the run itself where `values` sets none."""
-    scenario = with_collectives(prep.scenario, prep.styles, values)
+def _with_engine_kernels(prep: _Prepared, values: Mapping[str, float]) -> _Prepared:
+    """The run with its styles' kernel values from `values` (calibrate_kernels.py); its
+    engine is then rebuilt (engine None), or the run itself where `values` sets none."""
+    scenario = with_engine_kernels(prep.scenario, prep.styles, values)
     return prep if scenario is None else replace(prep, scenario=scenario, engine=None)
 
 
@@ -316,7 +317,7 @@ def burst_parameters(styles: Sequence[str]) -> tuple[FreeParameter, ...]:
         for name in sorted(set(styles)))
 
 
-FIT_KINDS = ("host", "latency", "burst", "gpu", "comm")
+FIT_KINDS = ("host", "latency", "burst", "gpu", "comm", "moe")
 GUESSED = "P/D worker counts not recorded"
 # A run whose layout is in doubt (scenario.LAYOUT_IN_DOUBT) is counted under this reason.
 IN_DOUBT = {WORKERS_GUESSED: GUESSED,
@@ -360,8 +361,9 @@ def build_problem(mapped: Sequence[Mapped], progress: Progress | None = None,
     params = host_parameters(styles, "host" in fit, "latency" in fit)
     if "burst" in fit:
         params += burst_parameters(styles)
-    if "comm" in fit:
-        params += comm_parameters(styles)
+    for kind in ("comm", "moe"):
+        if kind in fit:
+            params += kernel_parameters(styles, kind)
     if "gpu" in fit:
         params += _declare_gpu(used, prepared)
     predictions = _Predictions(prepared)

@@ -3,10 +3,11 @@ errors per (GPU, engine, mode) group with every cause on, and overall with one c
 off at a time (REPORT.md's measured-runs section, `frontier validate --write-report`).
 
 A switch goes through the path the model itself uses: a mapped run's scenario (the token
-budgets the benchmark deployed with, the KV-cache format of pre-quantized checkpoints), its
-GPU profile (the MXFP4 MoE kernels' token tile), its engine (MiniMax-M2's q/k norm, the
-request latency) or, for what the mapping reads off a row (the layout a run id names), the
-mapping itself, run again without it (MappingCause). Scored with the estimate, which the
+budgets the benchmark deployed with, the KV-cache format of pre-quantized checkpoints, the
+engines' FP8 MoE path through the deployment's overhead), its GPU profile (the MXFP4 MoE
+kernels' token tile), its engine (MiniMax-M2's q/k norm, the request latency) or, for what
+the mapping reads off a row (the layout a run id names), the mapping itself, run again
+without it (MappingCause). Scored with the estimate, which the
 calibration iterates on; the simulation's figures are accuracy.yaml's.
 """
 
@@ -77,6 +78,15 @@ def _bf16_kv(s: dict[str, Any]) -> dict[str, Any]:
     return s
 
 
+def _no_fp8_moe_path(s: dict[str, Any]) -> dict[str, Any]:
+    """Every pool's FP8 MoE expert path at the GPU profile's grouped block alone
+    (engine_styles.yaml moe_fp8_block_fixed_us 0), through the deployment's overhead."""
+    s = copy.deepcopy(s)
+    for pool in _pools(s):
+        pool.setdefault("overhead", {})["moe_fp8_block_fixed_s"] = 0.0
+    return s
+
+
 def _per_head_qk_norm(e: Engine) -> Engine:
     """The engine's model (and its prefill pool's, when disaggregated) with q/k norms per
     head: no TP all-reduce of their sums."""
@@ -119,6 +129,9 @@ CAUSES: tuple[Cause, ...] = (
           "no request latency (request_latency_us 0)", engine=NO_REQUEST_LATENCY),
     Cause("b8", "the busiest EP rank of random routing",
           "MoE costed at the mean EP rank's hit experts and routed pairs", engine=_mean_ep_rank),
+    Cause("b10", "the engines' FP8 MoE expert path (fitted at concurrency <= 16)",
+          "FP8 experts at the GPU profile's grouped block alone (moe_fp8_block_fixed_us 0)",
+          scenario=_no_fp8_moe_path),
 )
 
 
@@ -175,7 +188,8 @@ def measured_ablation(path: Path) -> dict[str, Any]:
               and not layout_in_doubt(m.defaults)]
     per: dict[str | None, list[tuple[Mapped, dict[str, float]]]] = {}
     points: list[Point] = []
-    every: tuple[Cause | MappingCause, ...] = (*CAUSES, *MAPPING_CAUSES)
+    every: tuple[Cause | MappingCause, ...] = tuple(
+        sorted((*CAUSES, *MAPPING_CAUSES), key=lambda c: int(c.key[1:])))
     for cause in (None, *every):
         rows = []
         for m in usable:

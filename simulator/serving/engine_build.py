@@ -20,7 +20,6 @@ from simulator.hardware.profile import Hardware, load_hardware
 from simulator.inputs.deployment import (
     AggregatedDeployment,
     DisaggregatedDeployment,
-    Overhead,
     WorkerPool,
 )
 from simulator.inputs.scenario import Scenario
@@ -28,6 +27,7 @@ from simulator.inputs.workload import Workload
 from simulator.model.architecture import ATTENTION_GROUPS, Architecture
 from simulator.model.load import load_architecture
 from simulator.serving.disaggregated import PoolSpec
+from simulator.serving.engine_hardware import engine_hardware
 from simulator.serving.ranks_setup import (
     attention_dp_ranks,
     expert_slots,
@@ -167,30 +167,6 @@ def shared_step_model(
     return model
 
 
-def _with_engine_collectives(hw: Hardware, style_per_peer_s: float | None,
-                             overhead: Overhead | None) -> Hardware:
-    """The GPU profile as the engine's collectives see it: the per-peer latency of its
-    all-reduce kernels from the deployment's overhead, else its style, else the profile's."""
-    per_peer_s = style_per_peer_s
-    if overhead is not None and overhead.allreduce_latency_per_peer_s is not None:
-        per_peer_s = overhead.allreduce_latency_per_peer_s
-    if per_peer_s is None or per_peer_s == hw.allreduce_latency_per_peer_s:
-        return hw
-    return replace(hw, allreduce_latency_per_peer_s=per_peer_s)
-
-
-def _with_engine_fp4_gemms(hw: Hardware, split_k: bool | None) -> Hardware:
-    """The GPU profile as the engine's dense block-scaled FP4 GEMMs see it: split K or not as
-    the engine's kernels do, else as the profile's FP4 class says (MoE expert GEMMs keep the
-    class's: their grouped kernels are another code path)."""
-    classes = hw.gemm_classes
-    if split_k is None or classes is None or classes.fp4_block_scaled is None:
-        return hw
-    if classes.fp4_block_scaled.split_k == split_k and classes.fp4_dense_split_k is None:
-        return hw
-    return replace(hw, gemm_classes=replace(classes, fp4_dense_split_k=split_k))
-
-
 def _build_engine(
     dep: AggregatedDeployment | WorkerPool,
     arch: Architecture,
@@ -218,8 +194,7 @@ def _build_engine(
             f"{arch.name} has none; leave moe_kernel out (fused) for a dense model"
         )
     style = engine_style(dep.engine, dep.engine_version)
-    hw = _with_engine_collectives(hw, style.allreduce_latency_per_peer_s, dep.overhead)
-    hw = _with_engine_fp4_gemms(hw, style.fp4_gemm_split_k)
+    hw = engine_hardware(hw, arch, p.weights, style, dep.overhead)
     step_model = shared_step_model(
         arch, hw, layout, formats, comm_overlap, slots, dep.moe_kernel == "unfused"
     )
