@@ -72,12 +72,17 @@ def test_screen_keeps_the_frontier_of_every_shipped_sweep(
 
 def test_the_screen_drops_points_on_the_shipped_sweeps(tmp_path: Path) -> None:
     """The equality above is not vacuous: the screen rules out points of the shipped sweeps
-    (the formats grid: BF16 configs certainly dominated by FP8/FP4 ones, overloaded points
-    certainly missing the TTFT target)."""
-    out = run_sweep(_reduced(FORMATS), tmp_path, workers=2, screen=True)
-    assert sum(out.screened.values()) > 0
-    assert any("SLO" in r for r in out.screened) and any("dominated" in r for r in out.screened)
+    (the formats grid's closed loops: overloaded points certainly missing the TTFT target; the
+    TP-vs-load grid's open loops: configs certainly dominated). The formats grid's BF16
+    configs were screened as dominated too until the bands were remeasured (2026-12-07): its
+    closed loops' per-user speed reaches 1.40-1.54x the estimate in the simulation, so no
+    config is certainly dominated there."""
+    out = run_sweep(_reduced(FORMATS), tmp_path / "formats", workers=2, screen=True)
+    assert any("SLO" in r for r in out.screened)
     assert any("screened out" in line for line in out.summary_lines())
+    load = run_sweep(_reduced(REPO / "scenarios/sweeps/tp-vs-load-llama-70b-h100.yaml"),
+                     tmp_path / "load", workers=2, screen=True)
+    assert any("dominated" in r for r in load.screened)
 
 
 def _est(key: str, x: float, y: float, ttft: float = 0.1, **res: Any) -> Any:

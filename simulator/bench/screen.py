@@ -101,8 +101,8 @@ def render_bands(merged: Mapping[str, Mapping[str, list[float]]],
 # was compared with the band that judges it (sweep/screen.py `_judging_bands`).
 HELD_OUT = (
     "# Held out: the 1,000-point bench grid of bench-sweep --screen (21 of its 25 rates are not",
-    "# in the sample): no value of its 1,000 points falls outside these bands; unwidened, 80",
-    "# values of 50 points do (misses up to 7.9 %), hence the 10 % margin. Check with:",
+    "# in the sample): no value of its 1,000 points falls outside these bands; unwidened, 98",
+    "# values of 65 points do (misses up to 5.6 %), hence the 10 % margin. Check with:",
     "# python -m simulator.bench.screen --held-out",
 )
 

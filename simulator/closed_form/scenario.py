@@ -24,6 +24,7 @@ from simulator.closed_form.scenario_load import (
 from simulator.closed_form.sides import (
     Side,
     pool_prefill_wait_s,
+    prefill_tail_tpot_s,
     queue_wait_s,
     side_tpot_s,
 )
@@ -204,6 +205,9 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
     ttft_mean, ttft_p99, queue_mean, after_first_s = _steady_ttft_s(
         load, sides_in, engine, cv2, offline, n_req)
     tpot50, tpot99 = side_tpot_s(dec, traffic)
+    if population is None:  # open arrivals: a closed loop sends as requests finish
+        tpot99 = max(tpot99, prefill_tail_tpot_s(dec, stream.input_tokens,
+                                                 stream.output_tokens))
     if isinstance(a, ClosedLoopArrival | OfflineArrival) and population is not None:
         ttft_mean, ttft_p99 = _first_wave_ttft_s(sides_in, population, n_req, ttft_mean,
                                                  ttft_p99, ttft_mean - queue_mean,
