@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,18 +149,25 @@ def test_kv_cache_caps_the_batch() -> None:
     assert est.batch_limit < 256
 
 
-def test_tpot_grows_with_load_and_capacity_bounds_it() -> None:
-    """More load, a larger batch: TPOT never falls, and solve_rate refuses past capacity."""
-    loaded = simulator.load_scenario(CHAT, FIXED)
-    engine = loaded.engine
-    assert engine is not None
+def _chat_unit() -> tuple[Any, Any, Any]:
+    """(stream, traffic, unit) of the chat scenario at fixed lengths, built as the estimate
+    builds them."""
     from simulator.closed_form.stream_moments import traffic_of
     from simulator.workload.stream import build_stream
 
+    loaded = simulator.load_scenario(CHAT, FIXED)
+    engine = loaded.engine
+    assert engine is not None
     stream, _ = build_stream(loaded.scenario, None)
     traffic = traffic_of(stream)
     unit, _ = make_unit(engine.step_model, engine.style, engine.scheduler,
                         traffic.decode_context)
+    return stream, traffic, unit
+
+
+def test_tpot_grows_with_load_and_capacity_bounds_it() -> None:
+    """More load, a larger batch: TPOT never falls, and solve_rate refuses past capacity."""
+    _, traffic, unit = _chat_unit()
     steps = [solve_rate(unit, traffic, r) for r in (0.5, 2, 5, 10)]
     times = [op.step_s for op in steps if op is not None]
     assert len(times) == 4 and times == sorted(times)
@@ -366,16 +374,8 @@ def test_prefill_interference_tail_keeps_the_mean_step_and_lifts_p99() -> None:
     import numpy as np
 
     from simulator.closed_form.sides import Side, prefill_tail_tpot_s
-    from simulator.closed_form.stream_moments import traffic_of
-    from simulator.workload.stream import build_stream
 
-    loaded = simulator.load_scenario(CHAT, FIXED)
-    engine = loaded.engine
-    assert engine is not None
-    stream, _ = build_stream(loaded.scenario, None)
-    traffic = traffic_of(stream)
-    unit, _ = make_unit(engine.step_model, engine.style, engine.scheduler,
-                        traffic.decode_context)
+    stream, traffic, unit = _chat_unit()
     op = solve_rate(unit, traffic, 10.0)
     assert op is not None and op.step_s > op.decode_step_s
     side = Side(unit, 1, op, "kv_cache", op.rate_per_s, True)
