@@ -380,14 +380,14 @@ def test_prefill_interference_tail_keeps_the_mean_step_and_lifts_p99() -> None:
     assert op is not None and op.step_s > op.decode_step_s
     side = Side(unit, 1, op, "kv_cache", op.rate_per_s, True)
     inputs, outputs = stream.input_tokens, stream.output_tokens
-    mean = prefill_tail_tpot_s(side, inputs, outputs, q=0.5)
-    p99 = prefill_tail_tpot_s(side, inputs, outputs)
+    mean = prefill_tail_tpot_s(side, traffic, inputs, outputs, q=0.5)
+    p99 = prefill_tail_tpot_s(side, traffic, inputs, outputs)
     assert p99 > mean
     # The mean over requests: n steps each, the drawn life summed, against n x step_s.
     long = np.full(4096, 250)
-    drawn_mean = float(np.mean([prefill_tail_tpot_s(side, inputs, long, q=x)
+    drawn_mean = float(np.mean([prefill_tail_tpot_s(side, traffic, inputs, long, q=x)
                                 for x in np.linspace(0.0005, 0.9995, 1000)]))
     assert drawn_mean == pytest.approx(op.step_s, rel=0.02)
     flat = Side(unit, 1, dataclasses.replace(op, step_s=op.decode_step_s), "kv_cache",
                 op.rate_per_s, True)
-    assert prefill_tail_tpot_s(flat, inputs, outputs) == 0.0
+    assert prefill_tail_tpot_s(flat, traffic, inputs, outputs) == 0.0

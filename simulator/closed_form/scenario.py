@@ -206,7 +206,7 @@ def _assemble(scenario: Scenario, engine: Engine, stream: RequestStream,
         load, sides_in, engine, cv2, offline, n_req)
     tpot50, tpot99 = side_tpot_s(dec, traffic)
     if population is None:  # open arrivals: a closed loop sends as requests finish
-        tpot99 = max(tpot99, prefill_tail_tpot_s(dec, stream.input_tokens,
+        tpot99 = max(tpot99, prefill_tail_tpot_s(dec, traffic, stream.input_tokens,
                                                  stream.output_tokens))
     if isinstance(a, ClosedLoopArrival | OfflineArrival) and population is not None:
         ttft_mean, ttft_p99 = _first_wave_ttft_s(sides_in, population, n_req, ttft_mean,

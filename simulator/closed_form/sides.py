@@ -88,7 +88,7 @@ def queue_wait_s(side: Side, traffic: Traffic, cv2: float, rate_per_unit: float,
     w1 = kingman_wait_s(load, op.prefill_s, cv2, traffic.input_cv2)
     residence = decode_steps(traffic, unit) * op.step_s + op.prefill_s
     cap, _ = batch_limit(unit, traffic)
-    seats = max(1, int(cap)) if math.isfinite(cap) else max(1, unit.max_seqs)
+    seats = max(1, int(cap))  # the batch limit that binds (max_num_seqs at most)
     p2, w2 = seat_wait_s(seats, min(op.batch / cap, 0.999999), residence, cv2, 0.5) \
         if not unit.prefills_only and cap > 0 else (0.0, 0.0)
     mean = residual + w1 + w2
@@ -131,7 +131,7 @@ TAIL_REQUESTS = 4096
 TAIL_ROUNDS = 8
 
 
-def prefill_tail_tpot_s(side: Side, inputs: npt.NDArray[np.int64],
+def prefill_tail_tpot_s(side: Side, traffic: Traffic, inputs: npt.NDArray[np.int64],
                         outputs: npt.NDArray[np.int64], q: float = 0.99) -> float:
     """The q-quantile over requests of TPOT with the prompts that arrive while each one
     decodes run in its steps. A request of n decode steps would live n prefill-free steps;
@@ -144,8 +144,9 @@ def prefill_tail_tpot_s(side: Side, inputs: npt.NDArray[np.int64],
     mean step does not show. Deterministic (seed 0); 0 where no prefill shares the steps."""
     unit, op = side.unit, side.op
     extra = op.step_s - op.decode_step_s
-    tokens_per_s = op.rate_per_s * float(np.mean(inputs)) if inputs.size else 0.0
-    if unit.prefills_only or extra <= 0 or tokens_per_s <= 0 or outputs.size == 0:
+    tokens_per_s = op.rate_per_s * traffic.input_mean
+    if unit.prefills_only or extra <= 0 or tokens_per_s <= 0 or inputs.size == 0 \
+            or outputs.size == 0:
         return 0.0
     cost_per_token_s = extra / (tokens_per_s * op.step_s)
     steps = np.maximum(outputs[:TAIL_REQUESTS].astype(np.float64) - 1.0, 1.0) / (

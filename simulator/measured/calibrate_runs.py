@@ -101,15 +101,15 @@ class RunProblem:
                      and p.target.key not in KERNEL_OVERHEAD_FIELDS)
         # An engine's kernel values (all-reduce latency, FP8 MoE path) show in the decode
         # step, as a GPU factor does.
-        comm = tuple(p for p in self.params if p.target.kind == "engine_style"
-                     and p.target.key in KERNEL_OVERHEAD_FIELDS)
+        kernels = tuple(p for p in self.params if p.target.kind == "engine_style"
+                        and p.target.key in KERNEL_OVERHEAD_FIELDS)
         by_gpu: dict[str, list[FreeParameter]] = {}
         for p in self.params:
             if p.target.kind == "hardware":
                 by_gpu.setdefault(p.target.name, []).append(p)
         tpot = frozenset({"tpot_s"})
         gpu = tuple(Stage(tuple(ps), tpot) for _, ps in sorted(by_gpu.items()))
-        return ((Stage(host),) if host else ()) + ((Stage(comm, tpot),) if comm else ()) + gpu
+        return ((Stage(host),) if host else ()) + ((Stage(kernels, tpot),) if kernels else ()) + gpu
 
     def predict(self, values: Mapping[str, float], indices: IntArray) -> FloatArray:
         """Predicted mean TTFT or TPOT (seconds) of the observations at `indices`."""

@@ -20,13 +20,18 @@ def engine_hardware(hw: Hardware, arch: Architecture, weights: str, style: Engin
     return with_engine_fp8_moe(hw, arch, weights, style.moe_fp8_block_fixed_s, overhead)
 
 
+def _overhead_or_style(overhead: Overhead | None, field: str, style_value: float | None
+                       ) -> float | None:
+    """The deployment overhead's `field` where it sets one, else the style's value."""
+    value = None if overhead is None else getattr(overhead, field)
+    return style_value if value is None else float(value)
+
+
 def with_engine_collectives(hw: Hardware, style_per_peer_s: float | None,
                              overhead: Overhead | None) -> Hardware:
     """The GPU profile as the engine's collectives see it: the per-peer latency of its
     all-reduce kernels from the deployment's overhead, else its style, else the profile's."""
-    per_peer_s = style_per_peer_s
-    if overhead is not None and overhead.allreduce_latency_per_peer_s is not None:
-        per_peer_s = overhead.allreduce_latency_per_peer_s
+    per_peer_s = _overhead_or_style(overhead, "allreduce_latency_per_peer_s", style_per_peer_s)
     if per_peer_s is None or per_peer_s == hw.allreduce_latency_per_peer_s:
         return hw
     return replace(hw, allreduce_latency_per_peer_s=per_peer_s)
@@ -37,9 +42,7 @@ def with_engine_fp8_moe(hw: Hardware, arch: Architecture, weights: str, style_s:
     """The GPU profile as the engine's FP8 MoE expert path sees it: the grouped class's fixed
     latency per MoE layer plus the engine's own (its overhead's, else its style's), for FP8
     expert weights; unchanged for other formats, dense models, or a profile without classes."""
-    extra_s = style_s
-    if overhead is not None and overhead.moe_fp8_block_fixed_s is not None:
-        extra_s = overhead.moe_fp8_block_fixed_s
+    extra_s = _overhead_or_style(overhead, "moe_fp8_block_fixed_s", style_s) or 0.0
     classes = hw.gemm_classes
     if extra_s <= 0.0 or weights != "fp8" or arch.moe is None or classes is None:
         return hw
