@@ -147,8 +147,10 @@ class MappingCause:
 
 
 MAPPING_CAUSES: tuple[MappingCause, ...] = (
-    MappingCause("b9", "the layout a run id names where the columns count ep times the GPUs",
-                 "the layout columns as recorded (tp x adp = id tp x ep GPUs)",
+    MappingCause("b9", "the layout a run id names where the columns count ep times the GPUs, "
+                 "and a P/D twin's recorded workers",
+                 "the layout columns as recorded (tp x adp = id tp x ep GPUs; P/D rows without "
+                 "workers one and one)",
                  remap=lambda run: map_run(run, None, named_layouts=False)),
 )
 

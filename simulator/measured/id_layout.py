@@ -15,6 +15,15 @@ whose columns record the 8 GPUs they name) and again under 2026-04-06 names with
 SGLang's DeepSeek-R1 B200 runs of rows 1-8 appear again as `..._cfg201` rows with tp 64 and
 moe 8 x 8. A row whose own id names nothing (`..._cfgN`) and whose columns count A x B GPUs for
 a measurement another row names as A GPUs takes the layout that row names (`name_layouts`).
+
+P/D rows too: 717 of the file's disaggregated rows leave the worker counts (and batch sizes)
+empty, and 73 of them list, to the digit, a measurement that a `..._cfgN` row records whole,
+with the same GPUs per prefill and per decode worker (SGLang DeepSeek-R1 FP4 B200, 8,192 in,
+1,024 clients: row 21 records prefill tp 4, decode tp 8 x ep 4, no workers; row 2001 the same
+measurement as 7 prefill workers of attention-DP 4 and 2 decode workers of attention-DP 8 x ep
+8, 64 a rank). The complete rendering says what ran (`complete_pd_layouts`); AIConfigurator's
+own predictor refuses a P/D row without worker counts (tools/accuracy_regression_testing/
+predict_silicon_sample.py, REQUIRED_DISAGG_FIELDS).
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from simulator.measured.run import MeasuredRun, Pool
 # (2026-03-25, whose rows record the GPUs they name).
 _ID = re.compile(r"_tp(\d+)_(?:0_)?ep(\d+)_(?:0_)?\d+$")
 # A run whose layout another rendering of the same measurement names (name_layouts).
+PD_COMPLETED_BY_TWIN = ("P/D worker counts not recorded: the layout of another row recording the "
+                        "same measurement whole, with the same GPUs per worker")
 NAMED_BY_TWIN = ("layout named by the run id of another row listing the same measurement, "
                  "whose columns count the GPUs ep times over")
 
@@ -73,6 +84,34 @@ def name_layouts(runs: list[MeasuredRun]) -> list[MeasuredRun]:
             out[i] = replace(r, named_pools=found[0],
                              notes=(*r.notes, f"{NAMED_BY_TWIN} (row {found[1]})"))
     return out
+
+
+def complete_pd_layouts(runs: list[MeasuredRun]) -> list[MeasuredRun]:
+    """Each P/D run without worker counts takes, as `named_pools`, the pools of the one
+    layout that other rows record whole (workers and batch of both pools) for the same
+    measurement, where each of its pools has that layout's GPUs per worker (module doc)."""
+    whole: dict[tuple[object, ...], dict[tuple[Pool, ...], int]] = {}
+    for r in runs:
+        if r.mode == "disagg" and _recorded_whole(r.pools):
+            whole.setdefault(measurement(r), {}).setdefault(r.pools, r.row)
+    out = list(runs)
+    for i, r in enumerate(runs):
+        if r.mode != "disagg" or all(p.workers is not None for p in r.pools):
+            continue
+        found = whole.get(measurement(r), {})
+        if len(found) != 1:
+            continue
+        (pools, row), = found.items()
+        if all(a.gpus_per_worker == b.gpus_per_worker for a, b in zip(r.pools, pools,
+                                                                       strict=True)):
+            out[i] = replace(r, named_pools=pools,
+                             notes=(*r.notes, f"{PD_COMPLETED_BY_TWIN} (row {row})"))
+    return out
+
+
+def _recorded_whole(pools: tuple[Pool, ...]) -> bool:
+    return len(pools) == 2 and all(p.workers is not None and p.max_batch is not None
+                                   for p in pools)
 
 
 def id_layout(size: tuple[int, int], pool: Pool) -> Pool | None:

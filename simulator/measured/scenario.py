@@ -18,7 +18,7 @@ from simulator.engines.style import release_number
 from simulator.errors import InputError
 from simulator.inputs.deployment import Scheduler
 from simulator.inputs.scenario import apply_overrides
-from simulator.measured.id_layout import ID_LAYOUT
+from simulator.measured.id_layout import ID_LAYOUT, PD_COMPLETED_BY_TWIN
 from simulator.measured.run import LAYOUT_CONTRADICTED, MeasuredRun, Pool
 from simulator.measured.workload_map import Unsupported
 from simulator.measured.workload_map import declare as _declare
@@ -179,7 +179,7 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str], named_layouts: bool
     recorded = run.pools
     if named_layouts and run.named_pools is not None:  # the reader's id_layout.name_layouts
         recorded = run.named_pools
-        _declare(defaults, ID_LAYOUT)
+        _declare(defaults, PD_COMPLETED_BY_TWIN if run.mode == "disagg" else ID_LAYOUT)
     pools = [
         {**_pool(p, run.engine, precision, conc, defaults, label,
                  max(1, round(run.load.input_tokens))), **_version(run, defaults)}

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from simulator.errors import InputError
-from simulator.measured.id_layout import measurement, name_layouts
+from simulator.measured.id_layout import complete_pd_layouts, measurement, name_layouts
 from simulator.measured.run import (
     LAYOUT_CONTRADICTED,
     Load,
@@ -73,7 +73,7 @@ def read_silicon(path: Path) -> list[MeasuredRun]:
         raise InputError(f"{path}: not a readable CSV ({exc})") from None
     if not runs:
         raise InputError(f"{path}: no data rows")
-    return _mark_contradictions(name_layouts(runs))
+    return _mark_contradictions(complete_pd_layouts(name_layouts(runs)))
 
 
 def _mark_contradictions(runs: list[MeasuredRun]) -> list[MeasuredRun]:
