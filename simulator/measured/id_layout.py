@@ -18,12 +18,12 @@ a measurement another row names as A GPUs takes the layout that row names (`name
 
 P/D rows too: 717 of the file's disaggregated rows leave the worker counts (and batch sizes)
 empty, and 73 of them list, to the digit, a measurement that a `..._cfgN` row records whole,
-with the same GPUs per prefill and per decode worker (SGLang DeepSeek-R1 FP4 B200, 8,192 in,
-1,024 clients: row 21 records prefill tp 4, decode tp 8 x ep 4, no workers; row 2001 the same
-measurement as 7 prefill workers of attention-DP 4 and 2 decode workers of attention-DP 8 x ep
-8, 64 a rank). The complete rendering says what ran (`complete_pd_layouts`); AIConfigurator's
-own predictor refuses a P/D row without worker counts (tools/accuracy_regression_testing/
-predict_silicon_sample.py, REQUIRED_DISAGG_FIELDS).
+56 with the same GPUs per prefill and per decode worker and one whole layout (SGLang
+DeepSeek-R1 FP4 B200, 8,192 in, 1,024 clients: row 21 records prefill tp 4, decode tp 8 x ep 4,
+no workers; row 2001 the same measurement as 7 prefill workers of attention-DP 4 and 2 decode
+workers of attention-DP 8 x ep 8, 64 a rank). The complete rendering says what ran
+(`complete_pd_layouts`); AIConfigurator's own predictor refuses a P/D row without worker
+counts (tools/accuracy_regression_testing/predict_silicon_sample.py, REQUIRED_DISAGG_FIELDS).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from simulator.measured.run import MeasuredRun, Pool
 # (2026-03-25, whose rows record the GPUs they name).
 _ID = re.compile(r"_tp(\d+)_(?:0_)?ep(\d+)_(?:0_)?\d+$")
 # A run whose layout another rendering of the same measurement names (name_layouts).
-PD_COMPLETED_BY_TWIN = ("P/D worker counts not recorded: the layout of another row recording the "
-                        "same measurement whole, with the same GPUs per worker")
 NAMED_BY_TWIN = ("layout named by the run id of another row listing the same measurement, "
                  "whose columns count the GPUs ep times over")
+# A P/D run whose worker counts another rendering records (complete_pd_layouts).
+PD_COMPLETED_BY_TWIN = ("P/D worker counts not recorded: the layout of another row recording the "
+                        "same measurement whole, with the same GPUs per worker")
 
 ID_LAYOUT = ("layout columns count the run id's tp x ep GPUs (tp_size x attention_dp_size = "
              "id tpA x epB): mapped as A GPUs with expert parallel B, the batch per "

@@ -177,7 +177,9 @@ def _silicon_scenario(run: MeasuredRun, defaults: list[str], named_layouts: bool
     precision = _precision(run, defaults)
     conc = run.load.concurrency or 1
     recorded = run.pools
-    if named_layouts and run.named_pools is not None:  # the reader's id_layout.name_layouts
+    if named_layouts and run.named_pools is not None:
+        # The reader's id_layout: name_layouts sets an aggregated run's, complete_pd_layouts
+        # (the only source for P/D) a disaggregated one's.
         recorded = run.named_pools
         _declare(defaults, PD_COMPLETED_BY_TWIN if run.mode == "disagg" else ID_LAYOUT)
     pools = [
